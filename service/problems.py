@@ -1,0 +1,138 @@
+"""RFC 9457 problem details: one exception type and the handlers that render every error.
+
+Routes raise `ProblemError`; FastAPI's own errors (validation, unknown routes, wrong method)
+and anything unexpected are rendered in the same shape, so clients parse one format.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+_TYPE_PREFIX = "urn:rbfkm:problem:"
+
+
+class ProblemError(Exception):
+    """An error a client can act on; rendered as `application/problem+json`."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        kind: str | None = None,
+        errors: Iterable[tuple[str, str]] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.kind = kind
+        self.errors = [{"field": field, "message": message} for field, message in errors]
+        self.headers = headers or {}
+
+
+def problem_body(
+    status: int,
+    detail: str,
+    *,
+    kind: str | None = None,
+    errors: Sequence[dict[str, str]] = (),
+    instance: str | None = None,
+) -> dict[str, Any]:
+    """The JSON object of a problem; `kind` names the problem type (e.g. `invalid-dataset`)."""
+    try:
+        title = HTTPStatus(status).phrase
+    except ValueError:
+        title = "Error"
+    return {
+        "type": _TYPE_PREFIX + kind if kind else "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        "errors": list(errors),
+    }
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    kind: str | None = None,
+    errors: Sequence[dict[str, str]] = (),
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """A problem as a response."""
+    body = problem_body(status, detail, kind=kind, errors=errors, instance=instance)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _location(loc: Sequence[Any]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, str]]:
+    return [{"field": _location(err.get("loc", ())), "message": err["msg"]} for err in exc.errors()]
+
+
+async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return problem_response(
+        exc.status,
+        exc.detail,
+        kind=exc.kind,
+        errors=exc.errors,
+        instance=request.url.path,
+        headers=exc.headers,
+    )
+
+
+async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = _validation_errors(exc)
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
+    return problem_response(
+        422, detail, kind="validation", errors=errors, instance=request.url.path
+    )
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no route matches {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    return problem_response(
+        exc.status_code,
+        detail,
+        instance=request.url.path,
+        headers=dict(exc.headers or {}),
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(
+        500, "internal error; the server log has the details", instance=request.url.path
+    )
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Render every error of `app` as problem+json."""
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,89 @@
+"""`/v1/datasets`: upload, read, list and delete datasets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from service.datasets import media_type
+from service.deps import Datasets, require_api_key
+from service.problems import ProblemError
+from service.routes.bodies import DATASET_BODY, problems
+from service.schemas import Dataset, DatasetList
+
+router = APIRouter(
+    prefix="/v1/datasets",
+    tags=["datasets"],
+    dependencies=[Depends(require_api_key)],
+    responses=problems(401),
+)
+
+Offset = Annotated[int, Query(ge=0, description="Items to skip.")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
+
+
+def not_found(dataset_id: str) -> ProblemError:
+    """The 404 of an unknown dataset."""
+    return ProblemError(
+        404,
+        f"no dataset {dataset_id!r} (it may have been deleted or expired)",
+        kind="dataset-not-found",
+        errors=[("path.dataset_id", "unknown dataset")],
+    )
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Dataset,
+    summary="Upload a dataset",
+    description=(
+        'The body is the dataset: JSON `{"data": [[...]], "name": ...}`, CSV (numbers, an '
+        "optional header row), a `.npy` file or a Parquet file (numeric columns). The body is "
+        "streamed to disk, never held in memory. `201` with `Location`; the same bytes (and "
+        "`name`) uploaded again answer `200` with the stored dataset."
+    ),
+    responses={200: {"model": Dataset, "description": "Already stored"}, **problems(413, 415, 422)},
+    openapi_extra=DATASET_BODY,
+)
+async def create_dataset(
+    request: Request,
+    response: Response,
+    datasets: Datasets,
+    name: Annotated[
+        str | None, Query(max_length=200, description="Name (for non-JSON bodies).")
+    ] = None,
+) -> dict:
+    media = media_type(request.headers.get("content-type"))
+    upload = await datasets.spool(request.stream(), request.headers.get("content-length"))
+    meta, created = await run_in_threadpool(datasets.create, upload, media, name)
+    response.status_code = 201 if created else 200
+    response.headers["Location"] = f"/v1/datasets/{meta['id']}"
+    return meta
+
+
+@router.get("", response_model=DatasetList, summary="List datasets (newest first)")
+def list_datasets(datasets: Datasets, offset: Offset = 0, limit: Limit = 50) -> dict:
+    items, total = datasets.list(offset=offset, limit=limit)
+    return {"items": items, "total": total, "offset": offset, "limit": limit}
+
+
+@router.get(
+    "/{dataset_id}", response_model=Dataset, summary="Get a dataset", responses=problems(404)
+)
+def get_dataset(dataset_id: str, datasets: Datasets) -> dict:
+    meta = datasets.get(dataset_id)
+    if meta is None:
+        raise not_found(dataset_id)
+    return meta
+
+
+@router.delete(
+    "/{dataset_id}", status_code=204, summary="Delete a dataset", responses=problems(404)
+)
+def delete_dataset(dataset_id: str, datasets: Datasets) -> Response:
+    if not datasets.delete(dataset_id):
+        raise not_found(dataset_id)
+    return Response(status_code=204)
