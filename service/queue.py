@@ -1,0 +1,707 @@
+"""Reliable job queue on Redis Streams: submit, claim, lease, fence, retry, dead-letter.
+
+Layout (every key starts with the prefix, ``rbfkm`` by default):
+
+- ``{p}:job:{id}`` — a hash per job: status, params (JSON), progress (JSON), error, ISO 8601
+  UTC timestamps, ``attempts``, ``cancel`` flag, result metadata (JSON) and ``entry``, the id
+  of the one stream entry that currently stands for the job. It is the source of truth.
+- ``{p}:jobs`` — the stream, consumer group ``workers``. An entry carries only the job id;
+  datasets and results never travel through the queue.
+- ``{p}:jobs:dead`` — the dead-letter stream (job id, error, attempts).
+- ``{p}:jobs:index`` and ``{p}:jobs:status:{status}`` — sorted sets of job ids scored by
+  creation time, for newest-first paging, status filters and counts without scans;
+  ``{p}:jobs:expiry`` — when finished jobs' hashes expire, so the indexes are pruned.
+- ``{p}:worker:{consumer}`` — a worker's heartbeat key (with a TTL), ``{p}:workers`` the set
+  of names seen, for readiness.
+
+Why no job is lost: a job is created and its entry added in one script, so a job hash always
+has an entry in the stream. An entry stays in the consumer group's pending list (PEL) from
+the moment a worker reads it until a script that has already written the job's final state
+(succeeded with its result meta, failed, canceled) acknowledges it; the worker writes the
+result files before it calls :meth:`JobQueue.succeed`. If the worker dies, its entry stays
+pending, goes idle, and after ``lease_s`` another worker's :meth:`JobQueue.claim` takes it
+with ``XAUTOCLAIM``. Retries acknowledge the old entry and add a fresh one in the same
+script (a retry is immediate and runs wherever a worker is free; a reclaim would wait out
+a whole lease for nothing, since the failing worker is alive and said so).
+
+Why no job runs to completion twice: ``attempts`` is a fencing token. Every claim raises it
+in the same script that sets the job running, and every later write of a worker (progress,
+success, failure, cancel) is a script that first checks ``attempts == claim.attempt`` and
+``status == running``; a worker whose lease lapsed and whose job was claimed again holds an
+older number and changes nothing — its :meth:`succeed` returns False and it discards its
+files (each attempt writes its own directory, so it never touches the winner's). A job that
+has finished is never started again: a claim of an entry whose job is finished, canceled,
+deleted or superseded by a newer entry only acknowledges it.
+
+Why a long job is not reclaimed: while a job runs, its worker renews the lease every
+``lease_s / 3`` with ``XCLAIM ... JUSTID`` on its own consumer, which resets the entry's
+idle time; ``XAUTOCLAIM`` only takes entries idle longer than ``lease_s``. The renewal is a
+script that also checks the fence and that the entry is still this consumer's, so a stale
+worker cannot pull back an entry another worker has taken.
+
+A job claimed for the ``max_attempts + 1``-th time (its workers kept dying) goes to the
+dead-letter stream with status failed; so does a job whose last allowed attempt failed with
+a retryable error, and at once one that failed on bad input. Finished jobs' hashes expire
+after ``ttl_s``. Every transition is one Lua script, so it is atomic. The scripts build the
+index key names from the prefix, so this needs one Redis (or a primary), not a cluster.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
+FINISHED = frozenset({"succeeded", "failed", "canceled"})
+_EMPTY_PROGRESS = {"fraction": None, "sigma": None, "iteration": None, "objective": None}
+
+# Shared Lua helpers. ARGV[1] prefix, ARGV[2] group, ARGV[3] job id; KEYS[1] the job hash.
+_LUA_PRELUDE = """
+local prefix = ARGV[1]
+local group = ARGV[2]
+local id = ARGV[3]
+local key = KEYS[1]
+local stream = prefix .. ':jobs'
+local dead = prefix .. ':jobs:dead'
+
+local function status_key(s) return prefix .. ':jobs:status:' .. s end
+
+local function move(new)
+  local old = redis.call('HGET', key, 'status')
+  local score = redis.call('HGET', key, 'created_ts')
+  if old then redis.call('ZREM', status_key(old), id) end
+  redis.call('ZADD', status_key(new), score, id)
+  redis.call('HSET', key, 'status', new)
+end
+
+local function finish(new, now_iso, now_ts, ttl)
+  move(new)
+  redis.call('HSET', key, 'finished_at', now_iso)
+  redis.call('HDEL', key, 'consumer')
+  redis.call('EXPIRE', key, ttl)
+  redis.call('ZADD', prefix .. ':jobs:expiry', tonumber(now_ts) + tonumber(ttl), id)
+end
+
+local function ack(entry)
+  redis.call('XACK', stream, group, entry)
+  redis.call('XDEL', stream, entry)
+end
+
+local function dead_letter(err, now_iso)
+  redis.call('XADD', dead, 'MAXLEN', '~', 100000, '*', 'job', id, 'error', err,
+    'attempts', redis.call('HGET', key, 'attempts'), 'at', now_iso)
+end
+
+local function owns(entry, consumer)
+  local p = redis.call('XPENDING', stream, group, entry, entry, 1, consumer)
+  return #p > 0
+end
+
+local function fenced(attempt)
+  local v = redis.call('HMGET', key, 'status', 'attempts')
+  return v[1] == 'running' and v[2] == attempt
+end
+"""
+
+# ARGV[4..] dataset_id, params, now_iso, now_ts, progress
+_SUBMIT = """
+if redis.call('EXISTS', key) == 1 then return 0 end
+local entry = redis.call('XADD', stream, '*', 'job', id)
+redis.call('HSET', key, 'id', id, 'dataset_id', ARGV[4], 'params', ARGV[5], 'status', 'queued',
+  'progress', ARGV[8], 'created_at', ARGV[6], 'created_ts', ARGV[7], 'attempts', 0,
+  'cancel', '0', 'entry', entry)
+redis.call('ZADD', prefix .. ':jobs:index', ARGV[7], id)
+redis.call('ZADD', status_key('queued'), ARGV[7], id)
+return 1
+"""
+
+# ARGV[4..] entry, consumer, max_attempts, now_iso, now_ts, ttl, progress
+_CLAIM = """
+local entry = ARGV[4]
+if not owns(entry, ARGV[5]) then return {'lost'} end
+if redis.call('EXISTS', key) == 0 then ack(entry) return {'skip', 'missing'} end
+local h = redis.call('HMGET', key, 'status', 'entry', 'cancel', 'dataset_id', 'params')
+if h[2] ~= entry then ack(entry) return {'skip', 'superseded'} end
+if h[1] ~= 'queued' and h[1] ~= 'running' then ack(entry) return {'skip', h[1]} end
+if h[3] == '1' then
+  finish('canceled', ARGV[7], ARGV[8], ARGV[9])
+  ack(entry)
+  return {'skip', 'canceled'}
+end
+local n = redis.call('HINCRBY', key, 'attempts', 1)
+if n > tonumber(ARGV[6]) then
+  n = redis.call('HINCRBY', key, 'attempts', -1)
+  local err = 'gave up after ' .. n .. ' attempts: the worker running the job died ' ..
+    'or lost its lease each time'
+  redis.call('HSET', key, 'error', err)
+  finish('failed', ARGV[7], ARGV[8], ARGV[9])
+  dead_letter(err, ARGV[7])
+  ack(entry)
+  return {'dead', n}
+end
+move('running')
+redis.call('HSET', key, 'started_at', ARGV[7], 'consumer', ARGV[5], 'progress', ARGV[10])
+return {'run', n, h[4], h[5]}
+"""
+
+# ARGV[4..] entry, consumer, attempt
+_RENEW = """
+if not fenced(ARGV[6]) then return 0 end
+if not owns(ARGV[4], ARGV[5]) then return 0 end
+redis.call('XCLAIM', stream, group, ARGV[5], 0, ARGV[4], 'JUSTID')
+if redis.call('HGET', key, 'cancel') == '1' then return 0 end
+return 1
+"""
+
+# ARGV[4..] attempt, progress
+_PROGRESS = """
+if not fenced(ARGV[4]) then return 0 end
+if redis.call('HGET', key, 'cancel') == '1' then return 0 end
+redis.call('HSET', key, 'progress', ARGV[5])
+return 1
+"""
+
+# ARGV[4..] entry, attempt, result, now_iso, now_ts, ttl
+_SUCCEED = """
+if not fenced(ARGV[5]) then return 0 end
+if redis.call('HGET', key, 'cancel') == '1' then return 0 end
+local progress = cjson.decode(redis.call('HGET', key, 'progress') or '{}')
+progress['fraction'] = 1.0
+redis.call('HSET', key, 'result', ARGV[6], 'progress', cjson.encode(progress))
+redis.call('HDEL', key, 'error')
+finish('succeeded', ARGV[7], ARGV[8], ARGV[9])
+ack(ARGV[4])
+return 1
+"""
+
+# ARGV[4..] entry, attempt, error, retryable, max_attempts, now_iso, now_ts, ttl
+_FAIL = """
+if redis.call('EXISTS', key) == 0 then ack(ARGV[4]) return 'deleted' end
+if not fenced(ARGV[5]) then return redis.call('HGET', key, 'status') end
+if redis.call('HGET', key, 'cancel') == '1' then
+  finish('canceled', ARGV[9], ARGV[10], ARGV[11])
+  ack(ARGV[4])
+  return 'canceled'
+end
+redis.call('HSET', key, 'error', ARGV[6])
+local n = tonumber(redis.call('HGET', key, 'attempts'))
+if ARGV[7] == '1' and n < tonumber(ARGV[8]) then
+  move('queued')
+  ack(ARGV[4])
+  local entry = redis.call('XADD', stream, '*', 'job', id)
+  redis.call('HSET', key, 'entry', entry)
+  redis.call('HDEL', key, 'consumer')
+  return 'queued'
+end
+finish('failed', ARGV[9], ARGV[10], ARGV[11])
+dead_letter(ARGV[6], ARGV[9])
+ack(ARGV[4])
+return 'failed'
+"""
+
+# ARGV[4..] entry, attempt, now_iso, now_ts, ttl
+_MARK_CANCELED = """
+if redis.call('EXISTS', key) == 0 then ack(ARGV[4]) return 0 end
+if not fenced(ARGV[5]) then return 0 end
+finish('canceled', ARGV[6], ARGV[7], ARGV[8])
+ack(ARGV[4])
+return 1
+"""
+
+# ARGV[4..] now_iso, now_ts, ttl
+_CANCEL = """
+local st = redis.call('HGET', key, 'status')
+if not st then return false end
+if st == 'queued' then
+  finish('canceled', ARGV[4], ARGV[5], ARGV[6])
+elseif st == 'running' then
+  redis.call('HSET', key, 'cancel', '1')
+end
+return st
+"""
+
+_DELETE = """
+if redis.call('EXISTS', key) == 0 then return 0 end
+redis.call('DEL', key)
+redis.call('ZREM', prefix .. ':jobs:index', id)
+redis.call('ZREM', prefix .. ':jobs:expiry', id)
+for _, s in ipairs({'queued', 'running', 'succeeded', 'failed', 'canceled'}) do
+  redis.call('ZREM', status_key(s), id)
+end
+return 1
+"""
+
+# ARGV[1] prefix, ARGV[2] now_ts, ARGV[3] limit: drop expired jobs from the indexes.
+_PRUNE = """
+local prefix = ARGV[1]
+local expiry = prefix .. ':jobs:expiry'
+local ids = redis.call('ZRANGEBYSCORE', expiry, '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local n = 0
+for _, id in ipairs(ids) do
+  if redis.call('EXISTS', prefix .. ':job:' .. id) == 0 then
+    redis.call('ZREM', prefix .. ':jobs:index', id)
+    for _, s in ipairs({'queued', 'running', 'succeeded', 'failed', 'canceled'}) do
+      redis.call('ZREM', prefix .. ':jobs:status:' .. s, id)
+    end
+    n = n + 1
+  end
+  redis.call('ZREM', expiry, id)
+end
+return n
+"""
+
+# ARGV[1] stream, ARGV[2] group, ARGV[3] consumer: forget a consumer that holds nothing.
+_DROP_CONSUMER = """
+local p = redis.call('XPENDING', ARGV[1], ARGV[2], '-', '+', 1, ARGV[3])
+if #p > 0 then return 0 end
+return redis.call('XGROUP', 'DELCONSUMER', ARGV[1], ARGV[2], ARGV[3])
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on one attempt of a job; ``attempt`` is the fencing token."""
+
+    job_id: str
+    attempt: int
+    entry_id: str
+    consumer: str
+    dataset_id: str
+    params: dict[str, Any]
+
+
+def _text(value: Any) -> Any:
+    """Redis replies as str whether or not the client decodes responses."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _now() -> tuple[str, str]:
+    """The current time as ISO 8601 UTC and as epoch seconds (a sorted-set score)."""
+    moment = datetime.now(timezone.utc)
+    return moment.isoformat(timespec="milliseconds"), f"{moment.timestamp():.6f}"
+
+
+def _json_number(value: Any) -> float | int | None:
+    """A JSON-safe number: NaN and infinities (not JSON) become None."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+class JobQueue:
+    """The job queue and job state shared by the HTTP layer and the workers."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "rbfkm",
+        lease_s: float = 30.0,
+        max_attempts: int = 3,
+        ttl_s: float = 7 * 24 * 3600,
+        group: str = "workers",
+        worker_ttl_s: float | None = None,
+    ) -> None:
+        if lease_s <= 0 or max_attempts < 1 or ttl_s <= 0:
+            raise ValueError("lease_s and ttl_s must be > 0 and max_attempts >= 1")
+        self.client = client
+        self.prefix = prefix
+        self.lease_s = float(lease_s)
+        self.max_attempts = int(max_attempts)
+        self.ttl_s = max(1, math.ceil(ttl_s))
+        self.group = group
+        # A worker polls at least every couple of seconds when idle; keep its key a while
+        # longer than the lease so one slow poll does not flap readiness.
+        self.worker_ttl_s = float(worker_ttl_s) if worker_ttl_s else max(self.lease_s, 5.0)
+        self.stream = f"{prefix}:jobs"
+        self.dead_stream = f"{prefix}:jobs:dead"
+        self._index = f"{prefix}:jobs:index"
+        self._workers = f"{prefix}:workers"
+        self._scripts = {
+            name: client.register_script(_LUA_PRELUDE + body)
+            for name, body in {
+                "submit": _SUBMIT,
+                "claim": _CLAIM,
+                "renew": _RENEW,
+                "progress": _PROGRESS,
+                "succeed": _SUCCEED,
+                "fail": _FAIL,
+                "mark_canceled": _MARK_CANCELED,
+                "cancel": _CANCEL,
+                "delete": _DELETE,
+            }.items()
+        }
+        self._prune = client.register_script(_PRUNE)
+        self._drop_consumer = client.register_script(_DROP_CONSUMER)
+        self.ensure_group()
+
+    @classmethod
+    def from_settings(cls, client: redis.Redis, settings: Settings) -> JobQueue:
+        """A queue configured like the rest of the service."""
+        return cls(
+            client,
+            prefix=settings.key_prefix,
+            lease_s=settings.lease_s,
+            max_attempts=settings.max_attempts,
+            ttl_s=settings.result_ttl_s,
+        )
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def job_key(self, job_id: str) -> str:
+        """The Redis key of a job's hash."""
+        return f"{self.prefix}:job:{job_id}"
+
+    def _status_key(self, status: str) -> str:
+        return f"{self.prefix}:jobs:status:{status}"
+
+    def _call(self, script: str, job_id: str, *args: Any) -> Any:
+        return self._scripts[script](
+            keys=[self.job_key(job_id)], args=[self.prefix, self.group, job_id, *args]
+        )
+
+    def ensure_group(self) -> None:
+        """Create the stream and its consumer group if they are missing (idempotent)."""
+        try:
+            self.client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    @staticmethod
+    def _job_from_hash(raw: dict[Any, Any]) -> dict[str, Any] | None:
+        if not raw:
+            return None
+        h = {_text(k): _text(v) for k, v in raw.items()}
+        if "id" not in h:  # a hash half-created by hand or expired between calls
+            return None
+        progress = dict(_EMPTY_PROGRESS)
+        progress.update(json.loads(h.get("progress") or "{}"))
+        return {
+            "id": h["id"],
+            "dataset_id": h.get("dataset_id"),
+            "params": json.loads(h.get("params") or "{}"),
+            "status": h.get("status"),
+            "progress": {k: progress.get(k) for k in _EMPTY_PROGRESS},
+            "error": h.get("error"),
+            "created_at": h.get("created_at"),
+            "started_at": h.get("started_at"),
+            "finished_at": h.get("finished_at"),
+            "attempts": int(h.get("attempts") or 0),
+        }
+
+    # ---- API side ------------------------------------------------------------------------
+
+    def submit(
+        self, dataset_id: str, params: dict[str, Any], *, job_id: str | None = None
+    ) -> dict[str, Any]:
+        """Create a queued job and enqueue its id; an existing ``job_id`` is returned as is."""
+        job_id = job_id or uuid.uuid4().hex
+        now_iso, now_ts = _now()
+        self._call(
+            "submit",
+            job_id,
+            dataset_id,
+            json.dumps(params, separators=(",", ":")),
+            now_iso,
+            now_ts,
+            json.dumps(_EMPTY_PROGRESS),
+        )
+        job = self.get(job_id)
+        assert job is not None
+        return job
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        """The job as ``GET /v1/jobs/{id}`` serves it, or None."""
+        return self._job_from_hash(self.client.hgetall(self.job_key(job_id)))
+
+    def _prune_expired(self) -> None:
+        self._prune(args=[self.prefix, f"{time.time():.6f}", 1000])
+
+    def list(
+        self, *, status: str | None = None, offset: int = 0, limit: int = 50
+    ) -> tuple[builtins.list[dict[str, Any]], int]:
+        """A page of jobs, newest first, optionally of one status, and the total count."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must be >= 0")
+        self._prune_expired()
+        index = self._index if status is None else self._status_key(status)
+        total = int(self.client.zcard(index))
+        if limit == 0:
+            return [], total
+        ids = self.client.zrevrange(index, offset, offset + limit - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.job_key(_text(job_id)))
+        jobs = [job for job in map(self._job_from_hash, pipe.execute()) if job is not None]
+        return jobs, total
+
+    def cancel(self, job_id: str) -> dict[str, Any] | None:
+        """Cancel: a queued job at once, a running one at its next iteration; None if unknown."""
+        now_iso, now_ts = _now()
+        if self._call("cancel", job_id, now_iso, now_ts, self.ttl_s) is None:
+            return None
+        return self.get(job_id)
+
+    def delete(self, job_id: str) -> bool:
+        """Forget a job (its worker, if any, stops); result files are the caller's to delete."""
+        return bool(self._call("delete", job_id))
+
+    def status_counts(self) -> dict[str, int]:
+        """How many known jobs are in each status."""
+        self._prune_expired()
+        pipe = self.client.pipeline(transaction=False)
+        for status in STATUSES:
+            pipe.zcard(self._status_key(status))
+        return {status: int(n) for status, n in zip(STATUSES, pipe.execute(), strict=True)}
+
+    def depth(self) -> int:
+        """Jobs waiting for a worker."""
+        return int(self.client.zcard(self._status_key("queued")))
+
+    def result_meta(self, job_id: str) -> dict[str, Any] | None:
+        """The result metadata a worker stored with its success, or None."""
+        raw = self.client.hget(self.job_key(job_id), "result")
+        return None if raw is None else json.loads(_text(raw))
+
+    def dead_letters(self, count: int = 100) -> builtins.list[dict[str, Any]]:
+        """The newest dead-lettered jobs (job, error, attempts, at), newest first."""
+        entries = self.client.xrevrange(self.dead_stream, count=count)
+        return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in entries]
+
+    # ---- workers -------------------------------------------------------------------------
+
+    def _worker_key(self, consumer: str) -> str:
+        return f"{self.prefix}:worker:{consumer}"
+
+    def register_worker(self, consumer: str) -> None:
+        """Announce a worker (readiness counts it while its heartbeat key lives)."""
+        self.ensure_group()
+        self.worker_heartbeat(consumer)
+
+    def worker_heartbeat(self, consumer: str) -> None:
+        """Refresh the worker's heartbeat key; it expires ``worker_ttl_s`` after the last."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self._worker_key(consumer), _now()[0], px=int(self.worker_ttl_s * 1000))
+        pipe.sadd(self._workers, consumer)
+        pipe.execute()
+
+    def unregister_worker(self, consumer: str) -> None:
+        """A clean shutdown: drop the heartbeat and the consumer if it holds no entries."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self._worker_key(consumer))
+        pipe.srem(self._workers, consumer)
+        pipe.execute()
+        with contextlib.suppress(redis.ResponseError):  # no group (flushed): nothing to drop
+            self._drop_consumer(args=[self.stream, self.group, consumer])
+
+    def workers_alive(self) -> int:
+        """Workers whose heartbeat key has not expired (dead names are forgotten)."""
+        names = [_text(n) for n in self.client.smembers(self._workers)]
+        if not names:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.exists(self._worker_key(name))
+        alive = pipe.execute()
+        dead = [name for name, ok in zip(names, alive, strict=True) if not ok]
+        if dead:
+            self.client.srem(self._workers, *dead)
+        return len(names) - len(dead)
+
+    def _start(self, entry_id: str, fields: Any, consumer: str) -> Claim | None:
+        """Turn a delivered entry into a claim, or acknowledge it if there is nothing to run."""
+        job_id = _text((fields or {}).get(b"job", (fields or {}).get("job")))
+        if job_id is None:  # not one of ours, or its body was trimmed: nothing to run
+            self.client.xack(self.stream, self.group, entry_id)
+            return None
+        now_iso, now_ts = _now()
+        reply = self._call(
+            "claim",
+            job_id,
+            entry_id,
+            consumer,
+            self.max_attempts,
+            now_iso,
+            now_ts,
+            self.ttl_s,
+            json.dumps(_EMPTY_PROGRESS),
+        )
+        outcome = _text(reply[0])
+        if outcome == "run":
+            return Claim(
+                job_id=job_id,
+                attempt=int(reply[1]),
+                entry_id=entry_id,
+                consumer=consumer,
+                dataset_id=_text(reply[2]),
+                params=json.loads(_text(reply[3])),
+            )
+        if outcome == "dead":
+            log.warning("job %s dead-lettered after %s attempts", job_id, reply[1])
+        else:
+            log.debug("entry %s of job %s skipped: %s", entry_id, job_id, reply[1:])
+        return None
+
+    def claim(self, consumer: str, block_ms: int = 1000) -> Claim | None:
+        """Take one job: first an entry whose lease lapsed, then a new one; None if none."""
+        lease_ms = max(1, int(self.lease_s * 1000))
+        cursor: Any = "0-0"
+        for _ in range(1000):  # one pending entry per call: taking more would hold them idle
+            try:
+                reply = self.client.xautoclaim(
+                    self.stream, self.group, consumer, lease_ms, start_id=cursor, count=1
+                )
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                self.ensure_group()
+                continue
+            cursor = _text(reply[0])
+            for entry_id, fields in reply[1]:
+                claim = self._start(_text(entry_id), fields, consumer)
+                if claim is not None:
+                    return claim
+            if cursor == "0-0":
+                break
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            wait_ms = max(1, int((deadline - time.monotonic()) * 1000)) if block_ms else None
+            try:
+                reply = self.client.xreadgroup(
+                    self.group, consumer, {self.stream: ">"}, count=1, block=wait_ms
+                )
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                self.ensure_group()
+                continue
+            entries = _stream_entries(reply)
+            if not entries:
+                return None
+            for entry_id, fields in entries:
+                claim = self._start(entry_id, fields, consumer)
+                if claim is not None:
+                    return claim
+            if block_ms and time.monotonic() >= deadline:
+                return None
+
+    def renew(self, claim: Claim) -> bool:
+        """Reset the lease's idle time; False when fenced out, canceled or deleted."""
+        return bool(
+            self._call("renew", claim.job_id, claim.entry_id, claim.consumer, claim.attempt)
+        )
+
+    def stop_reason(self, claim: Claim) -> str | None:
+        """Why the worker should stop now ("canceled", "deleted", "fenced"), or None (cheap)."""
+        status, attempts, cancel = self.client.hmget(
+            self.job_key(claim.job_id), "status", "attempts", "cancel"
+        )
+        if status is None:
+            return "deleted"
+        if _text(status) != "running" or int(attempts) != claim.attempt:
+            return "fenced"
+        if _text(cancel) == "1":
+            return "canceled"
+        return None
+
+    def report_progress(
+        self,
+        claim: Claim,
+        *,
+        fraction: float | None,
+        sigma: float | None,
+        iteration: int | None,
+        objective: float | None,
+    ) -> bool:
+        """Store progress; False means stop (fenced out, canceled or deleted)."""
+        progress = {
+            "fraction": _json_number(fraction),
+            "sigma": _json_number(sigma),
+            "iteration": None if iteration is None else int(iteration),
+            "objective": _json_number(objective),
+        }
+        return bool(self._call("progress", claim.job_id, claim.attempt, json.dumps(progress)))
+
+    def succeed(self, claim: Claim, result_meta: dict[str, Any]) -> bool:
+        """Commit the result and acknowledge; False (nothing changed) if fenced or canceled."""
+        now_iso, now_ts = _now()
+        return bool(
+            self._call(
+                "succeed",
+                claim.job_id,
+                claim.entry_id,
+                claim.attempt,
+                json.dumps(result_meta),
+                now_iso,
+                now_ts,
+                self.ttl_s,
+            )
+        )
+
+    def fail(self, claim: Claim, error: str, *, retryable: bool) -> str:
+        """Record a failure: requeue (retryable, attempts left) or fail and dead-letter.
+
+        Returns the job's status afterwards ("queued", "failed", "canceled" when a cancel was
+        pending, "deleted" when the job is gone), or its unchanged status when fenced out.
+        """
+        now_iso, now_ts = _now()
+        reply = self._call(
+            "fail",
+            claim.job_id,
+            claim.entry_id,
+            claim.attempt,
+            error,
+            "1" if retryable else "0",
+            self.max_attempts,
+            now_iso,
+            now_ts,
+            self.ttl_s,
+        )
+        return _text(reply)
+
+    def mark_canceled(self, claim: Claim) -> bool:
+        """End a running attempt as canceled (also acknowledges the entry of a deleted job)."""
+        now_iso, now_ts = _now()
+        return bool(
+            self._call(
+                "mark_canceled",
+                claim.job_id,
+                claim.entry_id,
+                claim.attempt,
+                now_iso,
+                now_ts,
+                self.ttl_s,
+            )
+        )
+
+
+def _stream_entries(reply: Any) -> builtins.list[tuple[str, Any]]:
+    """Entries of an XREADGROUP reply in RESP2 (list) or RESP3 (dict) form."""
+    if not reply:
+        return []
+    streams = reply.items() if isinstance(reply, dict) else reply
+    entries: builtins.list[tuple[str, Any]] = []
+    for _, items in streams:
+        entries.extend((_text(entry_id), fields) for entry_id, fields in items)
+    return entries

@@ -1,0 +1,438 @@
+"""JobQueue against a real Redis: claims, leases, fencing, retries, cancel, paging, TTL."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from service.queue import Claim, JobQueue
+from service.settings import Settings
+
+MakeQueue = Callable[..., JobQueue]
+
+
+@pytest.fixture
+def make_queue(redis_client: redis.Redis) -> MakeQueue:
+    """Queues on the flushed test database (same prefix, so they share jobs)."""
+
+    def make(**kwargs: Any) -> JobQueue:
+        kwargs.setdefault("prefix", "t")
+        return JobQueue(redis_client, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def queue(make_queue: MakeQueue) -> JobQueue:
+    return make_queue()
+
+
+def _pending(queue: JobQueue) -> list[dict[str, Any]]:
+    return queue.client.xpending_range(queue.stream, queue.group, "-", "+", 100)
+
+
+def _claim(queue: JobQueue, consumer: str = "w1") -> Claim:
+    claim = queue.claim(consumer, block_ms=100)
+    assert claim is not None
+    return claim
+
+
+def test_submit_creates_queued_job_and_enqueues_only_its_id(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {"n_clusters": 3, "sigma0": 2.5})
+    assert job == {
+        "id": job["id"],
+        "dataset_id": "ds1",
+        "params": {"n_clusters": 3, "sigma0": 2.5},
+        "status": "queued",
+        "progress": {"fraction": None, "sigma": None, "iteration": None, "objective": None},
+        "error": None,
+        "created_at": job["created_at"],
+        "started_at": None,
+        "finished_at": None,
+        "attempts": 0,
+    }
+    assert job["created_at"].endswith("+00:00")
+    assert queue.get(job["id"]) == job
+    assert queue.depth() == 1
+    entries = queue.client.xrange(queue.stream)
+    assert [fields for _, fields in entries] == [{b"job": job["id"].encode()}]
+
+
+def test_submit_with_existing_id_is_idempotent(queue: JobQueue) -> None:
+    first = queue.submit("ds1", {"n_clusters": 3}, job_id="fixed")
+    again = queue.submit("ds2", {"n_clusters": 9}, job_id="fixed")
+    assert again == first
+    assert queue.client.xlen(queue.stream) == 1
+
+
+def test_get_unknown_is_none(queue: JobQueue) -> None:
+    assert queue.get("nope") is None
+    assert queue.cancel("nope") is None
+    assert queue.delete("nope") is False
+    assert queue.result_meta("nope") is None
+
+
+def test_claim_then_succeed_acknowledges_and_sets_ttl(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {"n_clusters": 2})
+    claim = _claim(queue)
+    assert claim == Claim(
+        job_id=job["id"],
+        attempt=1,
+        entry_id=claim.entry_id,
+        consumer="w1",
+        dataset_id="ds1",
+        params={"n_clusters": 2},
+    )
+    running = queue.get(job["id"])
+    assert running is not None
+    assert running["status"] == "running"
+    assert running["attempts"] == 1
+    assert running["started_at"] is not None
+    assert queue.depth() == 0
+    assert len(_pending(queue)) == 1
+    assert queue.claim("w2", block_ms=50) is None
+
+    assert queue.succeed(claim, {"inertia": 1.5, "attempt": 1}) is True
+    done = queue.get(job["id"])
+    assert done is not None
+    assert done["status"] == "succeeded"
+    assert done["finished_at"] is not None
+    assert done["progress"]["fraction"] == 1.0
+    assert queue.result_meta(job["id"]) == {"inertia": 1.5, "attempt": 1}
+    assert _pending(queue) == []
+    assert queue.client.xlen(queue.stream) == 0
+    ttl = queue.client.ttl(queue.job_key(job["id"]))
+    assert 0 < ttl <= queue.ttl_s
+    # a finished job is never handed out again, and a second succeed changes nothing
+    assert queue.claim("w2", block_ms=50) is None
+    assert queue.succeed(claim, {"inertia": 99.0}) is False
+    assert queue.result_meta(job["id"]) == {"inertia": 1.5, "attempt": 1}
+
+
+def test_unfinished_job_has_no_ttl(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    _claim(queue)
+    assert queue.client.ttl(queue.job_key(job["id"])) == -1
+
+
+def test_stale_claim_is_fenced_out_after_reclaim(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.2)
+    job = queue.submit("ds1", {})
+    stale = _claim(queue, "a")
+    time.sleep(0.3)  # a's lease lapses without a renewal
+    fresh = _claim(queue, "b")
+    assert (fresh.job_id, fresh.attempt) == (job["id"], 2)
+
+    assert queue.renew(stale) is False
+    owners = [p["consumer"] for p in _pending(queue)]
+    assert owners == [b"b"]  # the stale renew did not pull the entry back
+    assert queue.report_progress(stale, fraction=0.5, sigma=1, iteration=3, objective=2) is False
+    assert queue.stop_reason(stale) == "fenced"
+    assert queue.succeed(stale, {"who": "a"}) is False
+    assert queue.fail(stale, "boom", retryable=False) == "running"
+    assert queue.mark_canceled(stale) is False
+    current = queue.get(job["id"])
+    assert current is not None
+    assert current["status"] == "running"
+    assert current["error"] is None
+
+    assert queue.succeed(fresh, {"who": "b"}) is True
+    assert queue.result_meta(job["id"]) == {"who": "b"}
+    assert queue.succeed(stale, {"who": "a"}) is False
+    assert queue.result_meta(job["id"]) == {"who": "b"}
+
+
+def test_dead_worker_job_is_reclaimed_and_succeeds_once(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.2)
+    job = queue.submit("ds1", {})
+    _claim(queue, "dies")  # never renewed, never acknowledged
+    assert queue.claim("other", block_ms=50) is None  # lease still held
+    time.sleep(0.25)
+    claim = _claim(queue, "other")
+    assert claim.attempt == 2
+    assert queue.succeed(claim, {"ok": True}) is True
+    time.sleep(0.25)
+    assert queue.claim("third", block_ms=50) is None
+    done = queue.get(job["id"])
+    assert done is not None
+    assert (done["status"], done["attempts"]) == ("succeeded", 2)
+    assert _pending(queue) == []
+
+
+def test_renewed_lease_is_not_reclaimed(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.3)
+    queue.submit("ds1", {})
+    claim = _claim(queue, "long")
+    deadline = time.monotonic() + 1.2  # four lease windows
+    while time.monotonic() < deadline:
+        assert queue.renew(claim) is True
+        assert queue.claim("thief", block_ms=20) is None
+        time.sleep(0.08)
+    time.sleep(0.35)  # stop renewing: now it is up for grabs
+    taken = _claim(queue, "thief")
+    assert taken.attempt == 2
+    assert queue.renew(claim) is False
+
+
+def test_retryable_failure_requeues_then_dead_letters(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    statuses = []
+    for attempt in (1, 2, 3):
+        claim = _claim(queue, f"w{attempt}")
+        assert claim.attempt == attempt
+        statuses.append(queue.fail(claim, f"oops {attempt}", retryable=True))
+        assert _pending(queue) == []
+    assert statuses == ["queued", "queued", "failed"]
+    assert queue.client.xlen(queue.stream) == 0
+    assert queue.claim("w4", block_ms=50) is None
+    failed = queue.get(job["id"])
+    assert failed is not None
+    assert (failed["status"], failed["attempts"], failed["error"]) == ("failed", 3, "oops 3")
+    assert failed["finished_at"] is not None
+    assert [d["job"] for d in queue.dead_letters()] == [job["id"]]
+    assert queue.dead_letters()[0]["error"] == "oops 3"
+
+
+def test_requeued_job_shows_last_error_while_queued(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    queue.fail(_claim(queue), "transient", retryable=True)
+    queued = queue.get(job["id"])
+    assert queued is not None
+    assert (queued["status"], queued["error"], queued["attempts"]) == ("queued", "transient", 1)
+    assert queue.depth() == 1
+    assert queue.succeed(_claim(queue), {}) is True
+    done = queue.get(job["id"])
+    assert done is not None
+    assert done["error"] is None
+
+
+def test_repeatedly_dying_workers_dead_letter_the_job(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.1, max_attempts=2)
+    job = queue.submit("ds1", {})
+    for attempt in (1, 2):
+        assert _claim(queue, f"dies{attempt}").attempt == attempt
+        time.sleep(0.15)
+    assert queue.claim("next", block_ms=50) is None
+    failed = queue.get(job["id"])
+    assert failed is not None
+    assert failed["status"] == "failed"
+    assert failed["attempts"] == 2
+    assert "died" in failed["error"]
+    assert queue.dead_letters()[0]["job"] == job["id"]
+    assert _pending(queue) == []
+
+
+def test_bad_input_fails_at_once(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {"n_clusters": 0})
+    claim = _claim(queue)
+    assert queue.fail(claim, "n_clusters must be >= 1", retryable=False) == "failed"
+    failed = queue.get(job["id"])
+    assert failed is not None
+    assert (failed["status"], failed["attempts"]) == ("failed", 1)
+    assert failed["error"] == "n_clusters must be >= 1"
+    assert queue.dead_letters()[0]["job"] == job["id"]
+    assert queue.claim("w2", block_ms=50) is None
+
+
+def test_cancel_queued_job_never_runs(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    canceled = queue.cancel(job["id"])
+    assert canceled is not None
+    assert canceled["status"] == "canceled"
+    assert canceled["finished_at"] is not None
+    assert queue.depth() == 0
+    assert queue.claim("w1", block_ms=50) is None
+    assert queue.client.xlen(queue.stream) == 0  # the skipped entry was acknowledged
+    after = queue.get(job["id"])
+    assert after is not None
+    assert (after["status"], after["attempts"]) == ("canceled", 0)
+
+
+def test_cancel_running_job_flags_it_for_the_worker(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    claim = _claim(queue)
+    assert queue.stop_reason(claim) is None
+    flagged = queue.cancel(job["id"])
+    assert flagged is not None
+    assert flagged["status"] == "running"
+    assert queue.stop_reason(claim) == "canceled"
+    assert queue.report_progress(claim, fraction=0.1, sigma=1, iteration=1, objective=1) is False
+    assert queue.renew(claim) is False
+    assert queue.succeed(claim, {}) is False
+    assert queue.mark_canceled(claim) is True
+    done = queue.get(job["id"])
+    assert done is not None
+    assert done["status"] == "canceled"
+    assert done["finished_at"] is not None
+    assert _pending(queue) == []
+    assert queue.client.ttl(queue.job_key(job["id"])) > 0
+
+
+def test_cancel_finished_job_is_unchanged(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    queue.succeed(_claim(queue), {})
+    before = queue.get(job["id"])
+    assert queue.cancel(job["id"]) == before
+
+
+def test_cancel_of_a_dead_workers_job_ends_at_reclaim(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.1)
+    job = queue.submit("ds1", {})
+    _claim(queue, "dies")
+    queue.cancel(job["id"])
+    time.sleep(0.15)
+    assert queue.claim("other", block_ms=50) is None
+    done = queue.get(job["id"])
+    assert done is not None
+    assert done["status"] == "canceled"
+    assert _pending(queue) == []
+
+
+def test_failure_with_pending_cancel_cancels(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    claim = _claim(queue)
+    queue.cancel(job["id"])
+    assert queue.fail(claim, "boom", retryable=True) == "canceled"
+    assert queue.claim("w2", block_ms=50) is None
+
+
+def test_progress_is_stored_and_json_safe(queue: JobQueue) -> None:
+    job = queue.submit("ds1", {})
+    claim = _claim(queue)
+    assert queue.report_progress(claim, fraction=0.25, sigma=3.5, iteration=7, objective=12.0)
+    current = queue.get(job["id"])
+    assert current is not None
+    assert current["progress"] == {
+        "fraction": 0.25,
+        "sigma": 3.5,
+        "iteration": 7,
+        "objective": 12.0,
+    }
+    assert queue.report_progress(claim, fraction=0.5, sigma=0.0, iteration=8, objective=math.nan)
+    current = queue.get(job["id"])
+    assert current is not None
+    assert current["progress"]["objective"] is None
+    assert current["progress"]["iteration"] == 8
+
+
+def test_reclaim_resets_progress(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.1)
+    job = queue.submit("ds1", {})
+    queue.report_progress(_claim(queue, "a"), fraction=0.9, sigma=1, iteration=50, objective=1)
+    time.sleep(0.15)
+    _claim(queue, "b")
+    current = queue.get(job["id"])
+    assert current is not None
+    assert current["progress"]["iteration"] is None
+
+
+def test_list_pages_newest_first_and_filters_by_status(queue: JobQueue) -> None:
+    ids = [queue.submit("ds", {"i": i})["id"] for i in range(5)]
+    queue.succeed(_claim(queue), {})  # the oldest
+    _claim(queue)  # the second oldest, running
+    jobs, total = queue.list()
+    assert total == 5
+    assert [j["id"] for j in jobs] == ids[::-1]
+    page, total = queue.list(offset=1, limit=2)
+    assert (total, [j["id"] for j in page]) == (5, [ids[3], ids[2]])
+    queued, total = queue.list(status="queued")
+    assert (total, [j["id"] for j in queued]) == (3, ids[:1:-1])
+    assert [j["id"] for j in queue.list(status="running")[0]] == [ids[1]]
+    assert [j["id"] for j in queue.list(status="succeeded")[0]] == [ids[0]]
+    assert queue.list(offset=10)[0] == []
+    assert queue.list(limit=0) == ([], 5)
+    assert queue.status_counts() == {
+        "queued": 3,
+        "running": 1,
+        "succeeded": 1,
+        "failed": 0,
+        "canceled": 0,
+    }
+    with pytest.raises(ValueError, match="status must be one of"):
+        queue.list(status="bogus")
+
+
+def test_finished_jobs_expire_and_leave_the_indexes(make_queue: MakeQueue) -> None:
+    queue = make_queue(ttl_s=1)
+    done = queue.submit("ds", {})["id"]
+    kept = queue.submit("ds", {})["id"]
+    queue.succeed(_claim(queue), {})
+    assert queue.status_counts()["succeeded"] == 1
+    time.sleep(1.3)
+    assert queue.get(done) is None
+    jobs, total = queue.list()
+    assert (total, [j["id"] for j in jobs]) == (1, [kept])
+    assert queue.status_counts()["succeeded"] == 0
+    assert queue.get(kept) is not None  # unfinished jobs never expire
+
+
+def test_delete_queued_and_running_jobs(queue: JobQueue) -> None:
+    queued = queue.submit("ds", {})["id"]
+    assert queue.delete(queued) is True
+    assert queue.get(queued) is None
+    assert queue.list() == ([], 0)
+    assert queue.claim("w1", block_ms=50) is None
+    assert queue.client.xlen(queue.stream) == 0
+
+    running = queue.submit("ds", {})["id"]
+    claim = _claim(queue)
+    assert queue.delete(running) is True
+    assert queue.stop_reason(claim) == "deleted"
+    assert queue.renew(claim) is False
+    assert queue.report_progress(claim, fraction=1, sigma=0, iteration=1, objective=0) is False
+    assert queue.succeed(claim, {}) is False
+    assert queue.mark_canceled(claim) is False
+    assert _pending(queue) == []  # the orphaned entry was acknowledged
+    assert queue.get(running) is None
+    assert queue.status_counts()["running"] == 0
+
+
+def test_workers_alive_follows_heartbeats(make_queue: MakeQueue) -> None:
+    queue = make_queue(worker_ttl_s=0.3)
+    assert queue.workers_alive() == 0
+    queue.register_worker("a")
+    queue.register_worker("b")
+    assert queue.workers_alive() == 2
+    queue.unregister_worker("b")
+    assert queue.workers_alive() == 1
+    time.sleep(0.4)
+    assert queue.workers_alive() == 0
+    queue.worker_heartbeat("a")
+    assert queue.workers_alive() == 1
+
+
+def test_unregister_keeps_a_consumer_that_holds_entries(queue: JobQueue) -> None:
+    queue.submit("ds", {})
+    _claim(queue, "busy")
+    queue.unregister_worker("busy")
+    assert [p["consumer"] for p in _pending(queue)] == [b"busy"]
+
+
+def test_claim_recreates_a_missing_group(queue: JobQueue) -> None:
+    queue.client.flushdb()
+    job = queue.submit("ds", {})
+    assert _claim(queue).job_id == job["id"]
+
+
+def test_from_settings_uses_service_settings(redis_client: redis.Redis) -> None:
+    settings = Settings(key_prefix="pfx", lease_s=4.0, max_attempts=5, result_ttl_s=60)
+    queue = JobQueue.from_settings(redis_client, settings)
+    assert (queue.prefix, queue.lease_s, queue.max_attempts, queue.ttl_s) == ("pfx", 4.0, 5, 60)
+    job = queue.submit("ds", {})
+    assert redis_client.exists(f"pfx:job:{job['id']}")
+
+
+def test_decoded_client_works_too(redis_server: str, redis_client: redis.Redis) -> None:
+    client = redis.Redis.from_url(redis_server, decode_responses=True)
+    queue = JobQueue(client, prefix="d")
+    job = queue.submit("ds", {"k": 1})
+    claim = _claim(queue)
+    assert claim.job_id == job["id"]
+    assert queue.succeed(claim, {"x": 1})
+    assert queue.list(status="succeeded")[1] == 1
+    client.close()
