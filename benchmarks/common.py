@@ -1,0 +1,576 @@
+"""Shared helpers for the rbfkm benchmarks.
+
+Data sets, thread pinning, timing, peak-memory probes, the float64 evaluation that every
+method's centroids go through, and one runner per method (the engine and its peers).
+
+Run as a script (``python benchmarks/common.py probe SPEC.json``) it is the fresh
+subprocess that measures the peak memory of one fit; ``compare.py`` starts it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ENGINE_METHODS = ("rbfkm-hard", "rbfkm-softmax", "rbfkm-entmax15")
+PEER_METHODS = ("sklearn-n1", "sklearn-n10", "faiss", "fpk")
+ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+# sklearn with n_init=10 and an explicit init makes no sense: it only runs in the quality part.
+QUALITY_ONLY = ("sklearn-n10",)
+MIB = 1 << 20
+
+
+def set_thread_env(threads: int) -> None:
+    """Set the thread variables that BLAS / OpenMP read at import (call before importing them)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def pin_threads(threads: int) -> Any:
+    """Pin torch, faiss and every BLAS/OpenMP pool threadpoolctl sees to ``threads``.
+
+    Returns the threadpoolctl limiter; keep a reference for as long as the limit should hold.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+    except ImportError:
+        pass
+    return threadpool_limits(limits=threads)
+
+
+def thread_report() -> list[dict[str, Any]]:
+    """The thread pools loaded in this process and their sizes (for the record)."""
+    from threadpoolctl import threadpool_info
+
+    return [
+        {k: info.get(k) for k in ("user_api", "internal_api", "num_threads", "prefix")}
+        for info in threadpool_info()
+    ]
+
+
+def available(module: str) -> bool:
+    """Whether ``module`` imports."""
+    try:
+        __import__(module)
+    except Exception:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- data sets
+
+
+@dataclass
+class Dataset:
+    """One benchmark data set: float32 C-order X, the k to fit, true labels if known."""
+
+    name: str
+    X: np.ndarray
+    k: int
+    y: np.ndarray | None = None
+    gating: bool = True  # the speed and memory targets are judged on this data set
+    max_quality_seeds: int | None = None
+    description: str = ""
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(n, d, k)."""
+        return self.X.shape[0], self.X.shape[1], self.k
+
+
+def make_blobs_dataset(n: int, d: int, k: int, seed: int = 0, **extra: Any) -> Dataset:
+    """Gaussian blobs, equal sizes, centres in [-10, 10]^d, std 1.5 (mild overlap)."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(
+        n_samples=n,
+        n_features=d,
+        centers=k,
+        cluster_std=1.5,
+        center_box=(-10, 10),
+        random_state=seed,
+    )
+    return Dataset(
+        name=f"blobs-{n}x{d}-k{k}",
+        X=np.ascontiguousarray(X, dtype=np.float32),
+        k=k,
+        y=y.astype(np.int64),
+        description=f"make_blobs n={n} d={d} centers={k} std=1.5",
+        **extra,
+    )
+
+
+def make_hard_dataset(n: int, d: int = 8, k: int = 50, seed: int = 0, **extra: Any) -> Dataset:
+    """Many uneven, overlapping blobs: Dirichlet(0.5) sizes, log-normal spreads, centres close.
+
+    Local minima are plentiful here (big clusters get split, small ones merged), so the
+    initialisation and the number of restarts matter.
+    """
+    rng = np.random.default_rng(seed)
+    weights = rng.dirichlet(np.full(k, 0.5))
+    sizes = np.maximum(rng.multinomial(n - 5 * k, weights), 0) + 5
+    centres = rng.uniform(-6.0, 6.0, size=(k, d))
+    spreads = rng.lognormal(mean=0.0, sigma=0.5, size=k)
+    parts = [centres[j] + spreads[j] * rng.standard_normal((sizes[j], d)) for j in range(k)]
+    X = np.concatenate(parts)
+    y = np.repeat(np.arange(k), sizes)
+    order = rng.permutation(X.shape[0])
+    return Dataset(
+        name=f"hard-{X.shape[0]}x{d}-k{k}",
+        X=np.ascontiguousarray(X[order], dtype=np.float32),
+        k=k,
+        y=y[order].astype(np.int64),
+        description=f"{k} blobs, Dirichlet(0.5) sizes, log-normal(0, 0.5) spreads, box [-6, 6]^{d}",
+        **extra,
+    )
+
+
+def load_digits_dataset(**extra: Any) -> Dataset:
+    """scikit-learn's handwritten digits (1797 x 64, 10 classes), real labels."""
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    return Dataset(
+        name="digits-1797x64-k10",
+        X=np.ascontiguousarray(X, dtype=np.float32),
+        k=10,
+        y=y.astype(np.int64),
+        description="sklearn.datasets.load_digits (real data, true labels)",
+        **extra,
+    )
+
+
+def initial_centroids(X: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """The shared initial centroids C0 for the fixed-iteration speed runs (k-means++)."""
+    from sklearn.cluster import kmeans_plusplus
+
+    centres, _ = kmeans_plusplus(X, k, random_state=seed)
+    return np.ascontiguousarray(centres, dtype=X.dtype)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate_centroids(
+    X: Any,
+    C: Any,
+    y: np.ndarray | None = None,
+    *,
+    device: str = "cpu",
+    chunk_rows: int = 65536,
+) -> dict[str, Any]:
+    """The one shared judge: assign every point to its nearest centroid, in float64.
+
+    Returns inertia (sum of squared distances to the nearest centroid), the number of empty
+    clusters (centroids no point is nearest to, or non-finite ones), ARI against ``y`` when
+    given. Every method's returned centroids go through this function, so the figures do
+    not depend on how (or whether) a method reports its own objective.
+    """
+    import torch
+
+    Xt = torch.as_tensor(X).to(device=device, dtype=torch.float64)
+    Ct = torch.as_tensor(np.asarray(C) if not torch.is_tensor(C) else C).to(
+        device=device, dtype=torch.float64
+    )
+    finite = torch.isfinite(Ct).all(dim=1)
+    Ct = torch.where(finite[:, None], Ct, torch.zeros_like(Ct))
+    cn = (Ct * Ct).sum(dim=1)
+    cn = torch.where(finite, cn, torch.full_like(cn, math.inf))
+    labels = torch.empty(Xt.shape[0], dtype=torch.int64, device=device)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for start in range(0, Xt.shape[0], chunk_rows):
+        xb = Xt[start : start + chunk_rows]
+        dist = (xb * xb).sum(dim=1, keepdim=True) - 2.0 * (xb @ Ct.T) + cn[None, :]
+        best, idx = dist.min(dim=1)
+        total += best.clamp_min(0).sum()
+        labels[start : start + chunk_rows] = idx
+    counts = torch.bincount(labels, minlength=Ct.shape[0])
+    lab = labels.cpu().numpy()
+    out: dict[str, Any] = {
+        "inertia": float(total),
+        "n_empty": int((counts == 0).sum()),
+        "ari": None,
+        "labels": lab,
+    }
+    if y is not None:
+        from sklearn.metrics import adjusted_rand_score
+
+        out["ari"] = float(adjusted_rand_score(y, lab))
+    return out
+
+
+def distance_gflops(n: int, d: int, k: int, seconds_per_iter: float) -> float:
+    """Achieved GFLOP/s of the distance GEMM: 2 n k d flops per iteration."""
+    if seconds_per_iter <= 0:
+        return math.nan
+    return 2.0 * n * k * d / seconds_per_iter / 1e9
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued CUDA work (no-op on CPU)."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Any], device: str = "cpu") -> tuple[float, Any]:
+    """Wall seconds of ``fn()`` (synchronised on CUDA) and its result."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def best_time(fn: Callable[[], Any], repeats: int, device: str = "cpu") -> float:
+    """Least wall seconds over ``repeats`` calls (the least is the least disturbed by load)."""
+    return min(timed(fn, device)[0] for _ in range(max(1, repeats)))
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def current_rss() -> int:
+    """Resident set size of this process, bytes."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+@contextmanager
+def peak_rss() -> Iterator[dict[str, Any]]:
+    """Measure the RSS high-water mark of the block, in bytes.
+
+    On Linux the kernel keeps the high-water mark (VmHWM) and lets a process reset it by
+    writing 5 to /proc/self/clear_refs, which makes the reading exact and free of sampling.
+    Elsewhere (or when that file is not writable) a thread samples RSS every 2 ms.
+    Yields a dict that holds ``baseline``, ``peak`` and ``method`` after the block.
+    """
+    gc.collect()
+    result: dict[str, Any] = {"baseline": current_rss()}
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        result["method"] = "VmHWM"
+    except OSError:
+        result["method"] = "sampling"
+    stop = threading.Event()
+    sampled = [result["baseline"]]
+
+    def sample() -> None:
+        while not stop.wait(0.002):
+            sampled[0] = max(sampled[0], current_rss())
+
+    sampler = None
+    if result["method"] == "sampling":
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+    try:
+        yield result
+    finally:
+        if sampler is not None:
+            stop.set()
+            sampler.join()
+            result["peak"] = max(sampled[0], current_rss())
+        else:
+            with open("/proc/self/status") as fh:
+                hwm = re.search(r"VmHWM:\s+(\d+)\s+kB", fh.read())
+            result["peak"] = int(hwm.group(1)) * 1024 if hwm else current_rss()
+
+
+# --------------------------------------------------------------------------- runners
+
+
+@dataclass
+class RunSpec:
+    """How to run a method.
+
+    mode "speed": start from ``init`` and run ``n_iter`` iterations (tol 0 where the method
+    has one); mode "quality": the method's own initialisation from ``seed``, its defaults.
+    """
+
+    mode: str
+    n_iter: int = 20
+    seed: int = 0
+    init: np.ndarray | None = None
+    device: str = "cpu"
+
+
+@dataclass
+class RunOutput:
+    """Centroids (k x d, numpy) and the iterations the method reports having run."""
+
+    centroids: np.ndarray
+    n_iter: int | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _to_numpy(a: Any) -> np.ndarray:
+    import torch
+
+    if torch.is_tensor(a):
+        return a.detach().cpu().numpy()
+    return np.asarray(a)
+
+
+def _run_rbfkm(assignment: str) -> Callable[[Any, int, RunSpec], RunOutput]:
+    def run(X: Any, k: int, spec: RunSpec) -> RunOutput:
+        from rbfkm_engine import RBFKMeans
+
+        params: dict[str, Any] = {
+            "assignment": assignment,
+            "device": spec.device,
+            "random_state": spec.seed,
+        }
+        if spec.mode == "speed":
+            init = spec.init
+            if init is not None and spec.device != "cpu":
+                import torch
+
+                init = torch.as_tensor(init).cpu().numpy()
+            params.update(init=init, max_iter=spec.n_iter, n_init=1)
+            if assignment == "hard":
+                # tol 0: Lloyd runs all n_iter iterations unless it reaches an exact fixed point,
+                # like sklearn (tol=0) and faiss (niter) do.
+                params["tol"] = 0.0
+        model = RBFKMeans(k, **params).fit(X)
+        extra = {
+            "temperatures": len(getattr(model, "history_", []) or []),
+            "sigma": float(getattr(model, "sigma_", math.nan)),
+        }
+        return RunOutput(_to_numpy(model.cluster_centers_), int(model.n_iter_), extra)
+
+    return run
+
+
+def _run_sklearn(n_init: int) -> Callable[[Any, int, RunSpec], RunOutput]:
+    def run(X: Any, k: int, spec: RunSpec) -> RunOutput:
+        from sklearn.cluster import KMeans
+
+        if spec.mode == "speed":
+            km = KMeans(
+                k,
+                init=spec.init,
+                n_init=1,
+                max_iter=spec.n_iter,
+                tol=0.0,
+                algorithm="lloyd",
+                random_state=spec.seed,
+            )
+        else:
+            km = KMeans(k, n_init=n_init, algorithm="lloyd", random_state=spec.seed)
+        km.fit(X)
+        return RunOutput(km.cluster_centers_, int(km.n_iter_))
+
+    return run
+
+
+def _run_faiss(X: Any, k: int, spec: RunSpec) -> RunOutput:
+    import faiss
+
+    Xn = np.ascontiguousarray(_to_numpy(X), dtype=np.float32)
+    n, d = Xn.shape
+    common = {
+        # faiss subsamples to 256 points per centroid by default: train on all of X instead.
+        "max_points_per_centroid": n // k + 1,
+        "min_points_per_centroid": 1,
+        "seed": spec.seed + 1,
+        "verbose": False,
+    }
+    if spec.mode == "speed":
+        km = faiss.Kmeans(d, k, niter=spec.n_iter, **common)
+        km.train(Xn, init_centroids=np.ascontiguousarray(spec.init, dtype=np.float32))
+        n_iter = spec.n_iter
+    else:
+        km = faiss.Kmeans(d, k, **common)  # its default niter (25)
+        km.train(Xn)
+        n_iter = int(km.cp.niter)
+    return RunOutput(np.array(km.centroids).reshape(k, d), n_iter)
+
+
+def _run_fpk(X: Any, k: int, spec: RunSpec) -> RunOutput:
+    import torch
+    from fast_pytorch_kmeans import KMeans
+
+    Xt = torch.as_tensor(X).to(spec.device)
+    if spec.mode == "speed":
+        # tol < 0: its stop test (squared centroid shift <= tol) never fires, so exactly n_iter.
+        km = KMeans(n_clusters=k, max_iter=spec.n_iter, tol=-1.0, verbose=0)
+        init = torch.as_tensor(spec.init).to(device=Xt.device, dtype=Xt.dtype).clone()
+        km.fit_predict(Xt, centroids=init)
+        n_iter = spec.n_iter
+    else:
+        torch.manual_seed(spec.seed)
+        np.random.seed(spec.seed)
+        km = KMeans(n_clusters=k, verbose=0)  # defaults: random init, max_iter 100, tol 1e-4
+        km.fit_predict(Xt)
+        n_iter = None  # it does not report how many it ran
+    return RunOutput(_to_numpy(km.centroids), n_iter)
+
+
+RUNNERS: dict[str, Callable[[Any, int, RunSpec], RunOutput]] = {
+    "rbfkm-hard": _run_rbfkm("hard"),
+    "rbfkm-softmax": _run_rbfkm("softmax"),
+    "rbfkm-entmax15": _run_rbfkm("entmax15"),
+    "sklearn-n1": _run_sklearn(1),
+    "sklearn-n10": _run_sklearn(10),
+    "faiss": _run_faiss,
+    "fpk": _run_fpk,
+}
+
+REQUIRES = {
+    "rbfkm-hard": "rbfkm_engine",
+    "rbfkm-softmax": "rbfkm_engine",
+    "rbfkm-entmax15": "rbfkm_engine",
+    "sklearn-n1": "sklearn",
+    "sklearn-n10": "sklearn",
+    "faiss": "faiss",
+    "fpk": "fast_pytorch_kmeans",
+}
+
+
+def method_available(method: str) -> bool:
+    """Whether the library behind ``method`` imports here."""
+    return available(REQUIRES[method])
+
+
+# --------------------------------------------------------------------------- report
+
+
+def fmt(value: Any, spec: str = ".3g") -> str:
+    """Format a number for a table cell; None / NaN print as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return str(value)
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain fixed-width text table (first column left-aligned, the rest right-aligned)."""
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=False)]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        ]
+        return "  ".join(parts).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def machine_info(threads: int) -> dict[str, Any]:
+    """What the figures were measured on: CPU, cores, load, library versions."""
+    import platform
+
+    import torch
+
+    info: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "loadavg_start": list(os.getloadavg()),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+    }
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = re.search(r"model name\s*:\s*(.+)", fh.read())
+        info["cpu_model"] = model.group(1).strip() if model else platform.processor()
+    except OSError:
+        info["cpu_model"] = platform.processor()
+    for mod, attr in (("sklearn", "__version__"), ("faiss", "__version__")):
+        try:
+            info[mod] = getattr(__import__(mod), attr)
+        except ImportError:
+            info[mod] = None
+    try:
+        from importlib.metadata import version
+
+        info["fast_pytorch_kmeans"] = version("fast-pytorch-kmeans")
+    except Exception:
+        info["fast_pytorch_kmeans"] = None
+    return info
+
+
+# --------------------------------------------------------------------------- memory probe
+
+
+def probe_command(spec_path: Path) -> list[str]:
+    """The command line of a fresh probe subprocess for the spec written at ``spec_path``."""
+    return [sys.executable, str(Path(__file__).resolve()), "probe", str(spec_path)]
+
+
+def _probe(spec_path: str) -> None:
+    """Peak RSS of one fit, in this fresh process (prints one JSON line).
+
+    Imports and thread pools are warmed by a tiny fit first; then X is loaded, the RSS is
+    the baseline, and the high-water mark is reset, so the figure is what ``fit`` itself
+    adds on top of X already being in memory.
+    """
+    spec = json.loads(Path(spec_path).read_text())
+    set_thread_env(spec["threads"])
+    repo = str(Path(__file__).resolve().parents[1])
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    limiter = pin_threads(spec["threads"])
+    run = RUNNERS[spec["method"]]
+    init = np.load(spec["init"]) if spec.get("init") else None
+    k = int(spec["k"])
+    X = np.load(spec["data"])
+    small = np.ascontiguousarray(X[: max(4 * k, 2000)])
+    run(small, k, RunSpec(mode=spec["mode"], n_iter=2, seed=0, init=init))  # warm-up
+    del small
+    gc.collect()
+    run_spec = RunSpec(mode=spec["mode"], n_iter=spec["n_iter"], seed=spec["seed"], init=init)
+    with peak_rss() as mem:
+        run(X, k, run_spec)
+    print(
+        json.dumps(
+            {
+                "method": spec["method"],
+                "rss_method": mem["method"],
+                "baseline_rss": mem["baseline"],
+                "peak_rss": mem["peak"],
+                "fit_extra": max(0, mem["peak"] - mem["baseline"]),
+                "x_bytes": int(X.nbytes),
+            }
+        )
+    )
+    del limiter
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "probe":
+        _probe(sys.argv[2])
+    else:
+        sys.exit("usage: common.py probe SPEC.json")

@@ -1,0 +1,592 @@
+"""rbfkm_engine against its CPU peers, side by side, in one process and one run.
+
+Peers: scikit-learn ``KMeans`` (n_init=1 and 10), ``faiss.Kmeans`` (faiss-cpu) and
+fast-pytorch-kmeans ``KMeans``. Every library is pinned to the same number of threads.
+
+Three parts per data set:
+
+- speed: every method starts from the same k-means++ centroids C0 and runs the same
+  number of iterations (tol 0); the least wall time over ``--repeats`` interleaved runs
+  gives the time per iteration and the achieved GFLOP/s of the distance GEMM (2 n k d
+  flops per iteration). The distance step of the engine is also timed against a plain
+  ``torch.matmul`` of the same shape.
+- memory: each speed run once more in a fresh subprocess; peak RSS of ``fit`` over the
+  RSS with X already loaded (kernel high-water mark VmHWM, reset through clear_refs).
+- quality: every method with its own initialisation and defaults over ``--seeds`` seeds
+  (interleaved), mean / min / max inertia and mean wall time.
+
+All inertias, ARIs and empty-cluster counts come from ``common.evaluate_centroids``
+(float64, nearest centroid) applied to the centroids each method returns.
+
+    python benchmarks/compare.py --quick
+    python benchmarks/compare.py --threads 2 --json bench.json
+    python benchmarks/compare.py --only blobs100k,rbfkm-hard,faiss --no-quality
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+DATASET_KEYS = ("blobs100k", "blobs200k", "digits", "hard")
+#: Relative slack when asking whether one mean inertia is "no worse" than another
+#: (float32 centroids give float64 inertias that differ by ~1e-7 at the same fixed point).
+INERTIA_RTOL = 1e-6
+TARGET_TIME_RATIO = 1.1
+TARGET_GEMM_FRACTION = 0.6
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, finishes in under a minute")
+    p.add_argument("--threads", type=int, default=2, help="threads for every library (2)")
+    p.add_argument("--seeds", type=int, default=None, help="quality seeds (10; 3 with --quick)")
+    p.add_argument("--iters", type=int, default=None, help="speed iterations (20; 5 with --quick)")
+    p.add_argument("--repeats", type=int, default=None, help="timed speed runs (3; 1 with --quick)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="comma-separated data set keys (" + ", ".join(DATASET_KEYS) + ") and/or method "
+        "names; repeatable",
+    )
+    p.add_argument(
+        "--memory",
+        choices=("all", "engine", "none"),
+        default="all",
+        help="which speed runs get a peak-memory subprocess (all)",
+    )
+    p.add_argument("--no-quality", action="store_true", help="skip the multi-seed quality part")
+    p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write all figures")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def build_datasets(common: Any, quick: bool) -> dict[str, Any]:
+    """The data sets by key; --quick shrinks the synthetic ones."""
+    if quick:
+        return {
+            "blobs100k": common.make_blobs_dataset(4000, 16, 16, seed=1),
+            "blobs200k": common.make_blobs_dataset(6000, 32, 32, seed=2),
+            "digits": common.load_digits_dataset(gating=False),
+            "hard": common.make_hard_dataset(3000, d=8, k=20, seed=3),
+        }
+    return {
+        "blobs100k": common.make_blobs_dataset(100_000, 32, 64, seed=1),
+        "blobs200k": common.make_blobs_dataset(200_000, 128, 256, seed=2, max_quality_seeds=3),
+        "digits": common.load_digits_dataset(gating=False),
+        "hard": common.make_hard_dataset(50_000, d=8, k=50, seed=3),
+    }
+
+
+def select(args: argparse.Namespace, common: Any) -> tuple[list[str], list[str]]:
+    """Data set keys and methods picked by --only (all of them by default)."""
+    tokens = [t.strip() for chunk in args.only for t in chunk.split(",") if t.strip()]
+    keys = [t for t in tokens if t in DATASET_KEYS]
+    methods = [t for t in tokens if t in common.ALL_METHODS]
+    unknown = sorted(set(tokens) - set(keys) - set(methods))
+    if unknown:
+        raise SystemExit(
+            f"--only: unknown {unknown}; data sets: {list(DATASET_KEYS)}, "
+            f"methods: {list(common.ALL_METHODS)}"
+        )
+    return keys or list(DATASET_KEYS), methods or list(common.ALL_METHODS)
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def warm_up(common: Any, method: str, ds: Any, C0: Any) -> None:
+    """One tiny run so imports, thread pools and allocators are set up before timing."""
+    import numpy as np
+
+    small = np.ascontiguousarray(ds.X[: max(4 * ds.k, 2000)])
+    common.RUNNERS[method](small, ds.k, common.RunSpec(mode="speed", n_iter=2, init=C0))
+
+
+def speed_part(common: Any, ds: Any, methods: list[str], C0: Any, args: argparse.Namespace):
+    """Fixed init, fixed iteration count: best wall time over interleaved repeats."""
+    n, d, k = ds.shape
+    spec = common.RunSpec(mode="speed", n_iter=args.iters, seed=0, init=C0)
+    methods = [m for m in methods if m not in common.QUALITY_ONLY]
+    for m in methods:
+        warm_up(common, m, ds, C0)
+    walls: dict[str, list[float]] = {m: [] for m in methods}
+    outputs: dict[str, Any] = {}
+    for _ in range(args.repeats):
+        for m in methods:
+            wall, out = common.timed(lambda m=m: common.RUNNERS[m](ds.X, k, spec))
+            walls[m].append(wall)
+            outputs[m] = out
+    rows: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        out = outputs[m]
+        ev = common.evaluate_centroids(ds.X, out.centroids, ds.y)
+        wall = min(walls[m])
+        iters = out.n_iter or args.iters
+        t_iter = wall / max(iters, 1)
+        rows[m] = {
+            "iters": iters,
+            "wall_s": wall,
+            "walls_s": walls[m],
+            "t_iter_s": t_iter,
+            "gflops": common.distance_gflops(n, d, k, t_iter),
+            "inertia": ev["inertia"],
+            "ari": ev["ari"],
+            "n_empty": ev["n_empty"],
+            **out.extra,
+        }
+    return rows
+
+
+def distance_part(common: Any, ds: Any, C0: Any, repeats: int) -> dict[str, Any]:
+    """GFLOP/s of plain torch.matmul (n x d @ d x k) and of the engine's chunked distances."""
+    import torch
+
+    n, d, k = ds.shape
+    X = torch.from_numpy(ds.X)
+    C = torch.from_numpy(C0)
+    reps = max(3, repeats)
+    CT = C.T.contiguous()
+    torch.matmul(X, CT)  # warm-up
+    t_mm = common.best_time(lambda: torch.matmul(X, CT), reps)
+    out: dict[str, Any] = {
+        "matmul_s": t_mm,
+        "matmul_gflops": common.distance_gflops(n, d, k, t_mm),
+        "engine_s": None,
+        "engine_gflops": None,
+    }
+    try:
+        from rbfkm_engine import distances as dist
+    except ImportError:
+        return out
+    chunk = dist.chunk_size_for(k, d, X.element_size())
+    x_sq = dist.squared_norms(X)
+
+    def engine_step() -> None:
+        c_sq = dist.squared_norms(C)
+        for rows in dist.iter_chunks(n, chunk):
+            dist.squared_distances(X[rows], C, x_sq[rows], c_sq)
+
+    engine_step()
+    t_en = common.best_time(engine_step, reps)
+    out.update(
+        engine_s=t_en,
+        engine_gflops=common.distance_gflops(n, d, k, t_en),
+        chunk_rows=chunk,
+        fraction=(t_mm / t_en) if t_en > 0 else None,
+    )
+    return out
+
+
+def memory_part(
+    common: Any, ds: Any, methods: list[str], C0: Any, args: argparse.Namespace, tmp: Path
+) -> dict[str, dict[str, Any]]:
+    """Peak RSS of each speed run's fit, each in a fresh subprocess."""
+    import numpy as np
+
+    if args.memory == "none":
+        return {}
+    picked = [m for m in methods if m not in common.QUALITY_ONLY]
+    if args.memory == "engine":
+        picked = [m for m in picked if m in common.ENGINE_METHODS]
+    data_path, init_path = tmp / f"{ds.name}.npy", tmp / f"{ds.name}-C0.npy"
+    np.save(data_path, ds.X)
+    np.save(init_path, C0)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    results: dict[str, dict[str, Any]] = {}
+    for m in picked:
+        spec_path = tmp / f"{ds.name}-{m}.json"
+        spec = {
+            "method": m,
+            "data": str(data_path),
+            "init": str(init_path),
+            "k": ds.k,
+            "mode": "speed",
+            "n_iter": args.iters,
+            "seed": 0,
+            "threads": args.threads,
+        }
+        spec_path.write_text(json.dumps(spec))
+        try:
+            proc = subprocess.run(
+                common.probe_command(spec_path),
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env=env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            results[m] = {"error": "timeout"}
+            continue
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            results[m] = {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+            continue
+        results[m] = json.loads(lines[-1])
+        results[m]["peak_total"] = results[m]["fit_extra"] + results[m]["x_bytes"]
+    return results
+
+
+def quality_part(common: Any, ds: Any, methods: list[str], seeds: int) -> dict[str, Any]:
+    """Own init and defaults, over seeds (interleaved): inertia, wall, ARI, empty clusters."""
+    import numpy as np
+
+    n_seeds = min(seeds, ds.max_quality_seeds or seeds)
+    per: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    for seed in range(n_seeds):
+        for m in methods:
+            spec = common.RunSpec(mode="quality", seed=seed)
+            wall, out = common.timed(lambda m=m, spec=spec: common.RUNNERS[m](ds.X, ds.k, spec))
+            ev = common.evaluate_centroids(ds.X, out.centroids, ds.y)
+            per[m].append(
+                {
+                    "seed": seed,
+                    "wall_s": wall,
+                    "iters": out.n_iter,
+                    "inertia": ev["inertia"],
+                    "ari": ev["ari"],
+                    "n_empty": ev["n_empty"],
+                }
+            )
+    summary: dict[str, Any] = {}
+    for m, runs in per.items():
+        inert = np.array([r["inertia"] for r in runs])
+        aris = [r["ari"] for r in runs if r["ari"] is not None]
+        summary[m] = {
+            "seeds": len(runs),
+            "inertia_mean": float(inert.mean()),
+            "inertia_min": float(inert.min()),
+            "inertia_max": float(inert.max()),
+            "wall_mean_s": float(np.mean([r["wall_s"] for r in runs])),
+            "ari_mean": float(np.mean(aris)) if aris else None,
+            "empty_mean": float(np.mean([r["n_empty"] for r in runs])),
+            "runs": runs,
+        }
+    return summary
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def memory_bound(common: Any, ds: Any) -> dict[str, int]:
+    """Target (d): 2 x size of X + centroid buffers + the engine's chunk buffers."""
+    _n, d, k = ds.shape
+    item = ds.X.itemsize
+    try:
+        from rbfkm_engine import distances as dist
+
+        rows = dist.chunk_size_for(k, d, item)
+        chunk = rows * item * (4 * k + d)
+    except ImportError:
+        chunk = 0
+    # centroids, their float64 accumulators (sum R^T w x, previous centroids) and the counts
+    centroid = 4 * k * d * 8 + 4 * k * 8
+    return {
+        "x_bytes": int(ds.X.nbytes),
+        "centroid_bytes": centroid,
+        "chunk_bytes": int(chunk),
+        "bound": int(2 * ds.X.nbytes + centroid + chunk),
+    }
+
+
+def judge(common: Any, ds: Any, res: dict[str, Any]) -> list[dict[str, Any]]:
+    """PASS/FAIL of the four targets on one data set (None when a figure is missing)."""
+    checks: list[dict[str, Any]] = []
+    speed, qual, dist, mem = res["speed"], res.get("quality", {}), res["distance"], res["memory"]
+    gating = ds.gating
+
+    def add(target: str, ok: bool | None, detail: str) -> None:
+        checks.append(
+            {"target": target, "dataset": ds.name, "gating": gating, "pass": ok, "detail": detail}
+        )
+
+    if "rbfkm-hard" in speed and "faiss" in speed:
+        r = speed["rbfkm-hard"]["t_iter_s"] / speed["faiss"]["t_iter_s"]
+        add(
+            "a",
+            r <= TARGET_TIME_RATIO,
+            f"hard {speed['rbfkm-hard']['t_iter_s'] * 1e3:.2f} ms/iter vs faiss "
+            f"{speed['faiss']['t_iter_s'] * 1e3:.2f} ms/iter = {r:.2f}x (<= {TARGET_TIME_RATIO}x)",
+        )
+    if "rbfkm-entmax15" in qual and "sklearn-n10" in qual:
+        e, s = qual["rbfkm-entmax15"], qual["sklearn-n10"]
+        ok_i = e["inertia_mean"] <= s["inertia_mean"] * (1 + INERTIA_RTOL)
+        ok_t = e["wall_mean_s"] < s["wall_mean_s"]
+        wins = sum(
+            a["inertia"] <= b["inertia"] * (1 + INERTIA_RTOL) and a["wall_s"] < b["wall_s"]
+            for a, b in zip(e["runs"], s["runs"], strict=False)
+        )
+        add(
+            "b",
+            ok_i and ok_t,
+            f"entmax15 inertia {e['inertia_mean']:.6g} vs sklearn n_init=10 "
+            f"{s['inertia_mean']:.6g} (ratio {e['inertia_mean'] / s['inertia_mean']:.5f}), "
+            f"wall {e['wall_mean_s']:.3f}s vs {s['wall_mean_s']:.3f}s "
+            f"({e['wall_mean_s'] / s['wall_mean_s']:.2f}x); per-seed wins {wins}/{len(e['runs'])}",
+        )
+    if dist.get("engine_gflops"):
+        frac = dist["engine_gflops"] / dist["matmul_gflops"]
+        add(
+            "c",
+            frac >= TARGET_GEMM_FRACTION,
+            f"engine distances {dist['engine_gflops']:.1f} GFLOP/s vs torch.matmul "
+            f"{dist['matmul_gflops']:.1f} GFLOP/s = {frac:.0%} (>= {TARGET_GEMM_FRACTION:.0%})",
+        )
+    bound = res["memory_bound"]
+    for m in common.ENGINE_METHODS:
+        if m in mem and "peak_total" in mem[m]:
+            tot = mem[m]["peak_total"]
+            add(
+                "d",
+                tot <= bound["bound"],
+                f"{m}: X + fit peak {tot / common.MIB:.1f} MiB vs bound "
+                f"{bound['bound'] / common.MIB:.1f} MiB"
+                f" (2 x X {2 * bound['x_bytes'] / common.MIB:.1f}"
+                f" + centroids {bound['centroid_bytes'] / common.MIB:.1f}"
+                f" + chunks {bound['chunk_bytes'] / common.MIB:.1f})",
+            )
+    return checks
+
+
+def ratios(common: Any, res: dict[str, Any]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """engine / peer for time per iteration, quality wall time and mean inertia."""
+    speed, qual = res["speed"], res.get("quality", {})
+    table: dict[str, dict[str, dict[str, float | None]]] = {}
+    for e in common.ENGINE_METHODS:
+        if e not in speed and e not in qual:
+            continue
+        table[e] = {}
+        for p in common.PEER_METHODS:
+
+            def ratio(part: dict[str, Any], key: str, e: str = e, p: str = p) -> float | None:
+                if e in part and p in part and part[p][key]:
+                    return part[e][key] / part[p][key]
+                return None
+
+            table[e][p] = {
+                "t_iter": ratio(speed, "t_iter_s"),
+                "wall": ratio(qual, "wall_mean_s"),
+                "inertia": ratio(qual, "inertia_mean"),
+            }
+    return table
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def print_dataset(common: Any, ds: Any, res: dict[str, Any], args: argparse.Namespace) -> None:
+    """The tables of one data set."""
+    fmt, MIB = common.fmt, common.MIB
+    n, d, k = ds.shape
+    print(f"\n=== {ds.name}  (n={n}, d={d}, k={k}; {ds.description})")
+    mem = res["memory"]
+    rows = []
+    for m, r in res["speed"].items():
+        mm = mem.get(m, {})
+        peak = f"{mm['peak_total'] / MIB:.1f}" if "peak_total" in mm else mm.get("error", "-")
+        rows.append(
+            [
+                m,
+                fmt(r["iters"], "d"),
+                fmt(r["wall_s"], ".3f"),
+                fmt(r["t_iter_s"] * 1e3, ".2f"),
+                fmt(r["gflops"], ".1f"),
+                peak,
+                fmt(r["inertia"], ".6g"),
+                fmt(r["ari"], ".3f"),
+                fmt(r["n_empty"], "d"),
+            ]
+        )
+    print(
+        f"-- speed: same k-means++ C0, {args.iters} iterations (tol 0), best of {args.repeats}; "
+        f"peak MiB = X + fit's RSS high-water delta (fresh subprocess)"
+    )
+    print(
+        common.format_table(
+            [
+                "method",
+                "iters",
+                "wall s",
+                "ms/iter",
+                "GFLOP/s",
+                "peak MiB",
+                "inertia",
+                "ARI",
+                "empty",
+            ],
+            rows,
+        )
+    )
+    dist = res["distance"]
+    line = f"-- distance step: torch.matmul {dist['matmul_gflops']:.1f} GFLOP/s"
+    if dist.get("engine_gflops"):
+        line += (
+            f", engine squared_distances (chunks of {dist['chunk_rows']} rows) "
+            f"{dist['engine_gflops']:.1f} GFLOP/s"
+            f" = {dist['engine_gflops'] / dist['matmul_gflops']:.0%}"
+        )
+    print(line)
+    b = res["memory_bound"]
+    print(
+        f"-- memory bound (d): 2 x X ({b['x_bytes'] / MIB:.1f} MiB) + centroids "
+        f"{b['centroid_bytes'] / MIB:.2f} MiB + chunk buffers {b['chunk_bytes'] / MIB:.1f} MiB "
+        f"= {b['bound'] / MIB:.1f} MiB"
+    )
+    if res.get("quality"):
+        q = res["quality"]
+        seeds = next(iter(q.values()))["seeds"]
+        print(f"-- quality: own init and defaults, {seeds} seeds")
+        rows = [
+            [
+                m,
+                fmt(r["inertia_mean"], ".6g"),
+                fmt(r["inertia_min"], ".6g"),
+                fmt(r["inertia_max"], ".6g"),
+                fmt(r["wall_mean_s"], ".3f"),
+                fmt(r["ari_mean"], ".3f"),
+                fmt(r["empty_mean"], ".1f"),
+            ]
+            for m, r in q.items()
+        ]
+        print(
+            common.format_table(
+                ["method", "mean inertia", "min", "max", "mean wall s", "mean ARI", "empty"], rows
+            )
+        )
+    if res["ratios"]:
+        peers = [p for p in common.PEER_METHODS if p in res["speed"] or p in res.get("quality", {})]
+        print("-- ratios engine / peer: t = time per iteration, w = quality wall, i = mean inertia")
+        rows = []
+        for e, per in res["ratios"].items():
+            cells = [e]
+            for p in peers:
+                r = per[p]
+                cells.append(
+                    f"t {fmt(r['t_iter'], '.2f')} w {fmt(r['wall'], '.2f')} "
+                    f"i {fmt(r['inertia'], '.4f')}"
+                )
+            rows.append(cells)
+        print(common.format_table(["engine", *[f"vs {p}" for p in peers]], rows))
+
+
+def print_targets(checks: list[dict[str, Any]], quick: bool) -> dict[str, bool | None]:
+    """PASS/FAIL per check and per target (targets judged on the gating data sets)."""
+    names = {
+        "a": "(a) hard time/iteration <= 1.1x faiss-cpu",
+        "b": "(b) one entmax15 fit: inertia <= sklearn n_init=10, less wall time",
+        "c": "(c) distance step >= 60% of torch.matmul GFLOP/s",
+        "d": "(d) fit peak <= 2 x X + centroid and chunk buffers",
+    }
+    print("\n=== targets" + (" (--quick sizes: indicative only)" if quick else ""))
+    overall: dict[str, bool | None] = {}
+    for t, title in names.items():
+        mine = [c for c in checks if c["target"] == t]
+        judged = [c for c in mine if c["gating"] or t == "b"]
+        verdict = all(c["pass"] for c in judged) if judged else None
+        overall[t] = verdict
+        print(f"{'PASS' if verdict else 'FAIL' if verdict is False else 'N/A '}  {title}")
+        for c in mine:
+            tag = "PASS" if c["pass"] else "FAIL"
+            if not (c["gating"] or t == "b"):
+                tag += " (info)"
+            print(f"    {tag:11s} {c['dataset']}: {c['detail']}")
+    return overall
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison and print (and optionally write) the figures."""
+    args = parse_args(argv)
+    args.seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
+    args.iters = args.iters if args.iters is not None else (5 if args.quick else 20)
+    args.repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(HERE))
+    import common  # after the thread variables, so BLAS starts with them
+
+    common.set_thread_env(args.threads)
+    limiter = common.pin_threads(args.threads)
+    keys, wanted = select(args, common)
+    methods = [m for m in wanted if common.method_available(m)]
+    missing = [m for m in wanted if m not in methods]
+    info = common.machine_info(args.threads)
+    print(
+        f"rbfkm benchmark {info['date']}: {info['cpu_model']}, {info['cpu_count']} cores, "
+        f"{args.threads} threads per library, load average {info['loadavg_start'][0]:.2f} "
+        f"at start (the machine is shared: a load above ~0.5 means other work competed)"
+    )
+    print(
+        f"torch {info['torch']}, sklearn {info['sklearn']}, faiss {info['faiss']}, "
+        f"fast-pytorch-kmeans {info['fast_pytorch_kmeans']}"
+        + (f"; missing, skipped: {missing}" if missing else "")
+    )
+    started = time.perf_counter()
+    datasets = build_datasets(common, args.quick)
+    report: dict[str, Any] = {
+        "machine": info,
+        "args": vars(args) | {"json": str(args.json)},
+        "datasets": {},
+    }
+    checks: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rbfkm-bench-") as tmpdir:
+        for key in keys:
+            ds = datasets[key]
+            C0 = common.initial_centroids(ds.X, ds.k, seed=0)
+            res: dict[str, Any] = {"key": key, "shape": list(ds.shape)}
+            res["speed"] = speed_part(common, ds, methods, C0, args)
+            res["distance"] = distance_part(common, ds, C0, args.repeats)
+            res["memory"] = memory_part(common, ds, methods, C0, args, Path(tmpdir))
+            res["memory_bound"] = memory_bound(common, ds)
+            if not args.no_quality:
+                res["quality"] = quality_part(common, ds, methods, args.seeds)
+            res["ratios"] = ratios(common, res)
+            res["checks"] = judge(common, ds, res)
+            checks += res["checks"]
+            report["datasets"][ds.name] = res
+            print_dataset(common, ds, res, args)
+            sys.stdout.flush()
+    report["targets"] = print_targets(checks, args.quick)
+    info["loadavg_end"] = list(os.getloadavg())
+    info["elapsed_s"] = time.perf_counter() - started
+    print(
+        f"\nelapsed {info['elapsed_s']:.1f}s; load average at end {info['loadavg_end'][0]:.2f} "
+        f"(1 min), {info['loadavg_end'][1]:.2f} (5 min) on {info['cpu_count']} cores"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=_jsonable))
+        print(f"wrote {args.json}")
+    del limiter
+    return 0
+
+
+def _jsonable(obj: Any) -> Any:
+    """numpy scalars and arrays for json.dumps."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    return str(obj)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
