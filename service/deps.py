@@ -38,8 +38,8 @@ def get_datasets(request: Request) -> DatasetStore:
 
 
 def get_queue(request: Request) -> JobQueue:
-    """The job queue."""
-    return request.app.state.queue
+    """The job queue (built on first use, so the app starts while Redis is still down)."""
+    return request.app.state.queue_factory()
 
 
 def get_results(request: Request) -> ResultStore:

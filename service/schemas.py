@@ -172,7 +172,7 @@ class JobCreate(BaseModel):
 class Progress(BaseModel):
     """Where a running fit is; reported by the engine's callback."""
 
-    fraction: float = Field(ge=0, le=1)
+    fraction: float | None = Field(default=None, ge=0, le=1)
     sigma: float | None = None
     iteration: int | None = None
     objective: float | None = None

@@ -1,0 +1,159 @@
+"""`rbfkm serve | api | worker`: run the service, or one half of it.
+
+- `serve`: everything in one command. Without `REDIS_URL` it starts the embedded Redis
+  (data under `{data_dir}/redis`), spawns `settings.workers` worker processes and the API.
+- `api`: the HTTP API only (needs `REDIS_URL`).
+- `worker`: worker processes only (needs `REDIS_URL`: the embedded Redis of a `serve` is
+  private to it, so workers elsewhere cannot share it).
+
+Command-line options override the environment (see README for every variable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from service import __version__
+from service.settings import Settings
+
+_STOP_GRACE_S = 15.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rbfkm", description="The rbfkm clustering service.")
+    parser.add_argument("--version", action="version", version=f"rbfkm {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def http_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--host", help="Address to bind (RBFKM_HOST; default 127.0.0.1).")
+        sub.add_argument("--port", type=int, help="Port (RBFKM_PORT; default 8000).")
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--data-dir", type=Path, help="Shared data directory (RBFKM_DATA_DIR).")
+        sub.add_argument("--redis-url", help="Redis to use (REDIS_URL).")
+
+    serve = commands.add_parser("serve", help="Redis (embedded unless REDIS_URL), workers and API.")
+    http_options(serve)
+    common(serve)
+    serve.add_argument("--workers", type=int, help="Worker processes (RBFKM_WORKERS).")
+    api = commands.add_parser("api", help="The HTTP API only (needs REDIS_URL).")
+    http_options(api)
+    common(api)
+    worker = commands.add_parser("worker", help="Worker processes only (needs REDIS_URL).")
+    common(worker)
+    worker.add_argument("--workers", type=int, help="Processes to run (RBFKM_WORKERS).")
+    worker.add_argument("--device", help="auto | cpu | cuda | cuda:N (RBFKM_DEVICE).")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The environment's settings with the command-line options laid over them."""
+    overrides: dict[str, Any] = {}
+    for option, field in (
+        ("host", "host"),
+        ("port", "port"),
+        ("data_dir", "data_dir"),
+        ("redis_url", "REDIS_URL"),  # the field is read by its alias
+        ("workers", "workers"),
+        ("device", "device"),
+    ):
+        value = getattr(args, option, None)
+        if value is not None:
+            overrides[field] = value
+    return Settings(**overrides)
+
+
+def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess]) -> None:
+    """SIGTERM the workers (they finish or hand back their job), then kill stragglers."""
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in processes:
+        proc.join(_STOP_GRACE_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def _run_api(settings: Settings) -> None:
+    import uvicorn
+
+    from service.app import create_app
+
+    app = create_app(settings)
+    print(f"rbfkm API on http://{settings.host}:{settings.port}", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+
+
+def serve(settings: Settings) -> int:
+    """Run Redis (embedded unless REDIS_URL is set), workers and the API until a signal."""
+    from service.embedded import EmbeddedRedis
+    from service.worker import spawn_workers
+
+    embedded: EmbeddedRedis | None = None
+    workers: list[Any] = []
+    try:
+        if not settings.redis_url:
+            embedded = EmbeddedRedis(settings.data_dir)
+            url = embedded.start()
+            print(f"rbfkm embedded Redis on {url} (data in {embedded.dir})", flush=True)
+            settings = settings.model_copy(update={"redis_url": url})
+        workers = spawn_workers(settings, settings.workers)
+        _run_api(settings)  # uvicorn returns on SIGINT / SIGTERM
+    finally:
+        stop_processes(workers)
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def _needs_redis(settings: Settings, command: str) -> None:
+    if not settings.redis_url:
+        sys.exit(
+            f"rbfkm {command}: REDIS_URL is not set. The embedded Redis of `rbfkm serve` is "
+            "private to that process; run a Redis server and point REDIS_URL at it, or use "
+            "`rbfkm serve` for a single-machine setup."
+        )
+
+
+def run_workers(settings: Settings) -> int:
+    """Run `settings.workers` worker processes until SIGINT/SIGTERM or until all have exited."""
+    from service.worker import spawn_workers
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    workers = spawn_workers(settings, max(1, settings.workers))
+    print(f"rbfkm {len(workers)} worker(s) on {settings.redis_url}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            if not any(proc.is_alive() for proc in workers):
+                return 1
+    finally:
+        stop_processes(workers)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `rbfkm` console script."""
+    args = _parser().parse_args(argv)
+    settings = settings_from(args)
+    if args.command == "serve":
+        return serve(settings)
+    if args.command == "api":
+        _needs_redis(settings, "api")
+        _run_api(settings)
+        return 0
+    _needs_redis(settings, "worker")
+    return run_workers(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

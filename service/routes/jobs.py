@@ -1,0 +1,360 @@
+"""`/v1/jobs`: start clustering jobs, poll them, read results, predict with the fitted model."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import numpy as np
+import scipy.sparse as sp
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from service.datasets import media_type, parsed_upload
+from service.deps import Datasets, Idempotency, Principal, Queue, Results, require_api_key
+from service.idempotency import HEADER as IDEMPOTENCY_HEADER
+from service.idempotency import StoredResponse, fingerprint
+from service.problems import ProblemError
+from service.routes.bodies import DATASET_BODY, problems
+from service.schemas import (
+    RESULT_PARTS,
+    Job,
+    JobCreate,
+    JobList,
+    JobResult,
+    JobStatus,
+    Prediction,
+    SparseRows,
+)
+
+router = APIRouter(
+    prefix="/v1/jobs",
+    tags=["jobs"],
+    dependencies=[Depends(require_api_key)],
+    responses=problems(401),
+)
+
+NPZ = "application/x-npz"
+RETRY_AFTER_S = "1"
+UNFINISHED = ("queued", "running")
+Offset = Annotated[int, Query(ge=0, description="Items (rows) to skip.")]
+
+
+def _job_not_found(job_id: str) -> ProblemError:
+    return ProblemError(
+        404,
+        f"no job {job_id!r} (it may have been deleted or expired)",
+        kind="job-not-found",
+        errors=[("path.job_id", "unknown job")],
+    )
+
+
+def _job_or_404(queue: Any, job_id: str) -> dict[str, Any]:
+    job = queue.get(job_id)
+    if job is None:
+        raise _job_not_found(job_id)
+    return job
+
+
+def _succeeded_or_409(queue: Any, job_id: str) -> dict[str, Any]:
+    """The job, if it has a result; 409 with the reason otherwise."""
+    job = _job_or_404(queue, job_id)
+    status = job["status"]
+    if status != "succeeded":
+        detail = f"job {job_id!r} is {status}; the result exists once it has succeeded"
+        if status == "failed" and job.get("error"):
+            detail += f" (error: {job['error']})"
+        headers = {"Retry-After": RETRY_AFTER_S} if status in UNFINISHED else None
+        raise ProblemError(409, detail, kind="job-not-succeeded", headers=headers)
+    return job
+
+
+def _job_body(job: dict[str, Any]) -> dict[str, Any]:
+    return Job.model_validate(job).model_dump(mode="json")
+
+
+def _job_headers(job: dict[str, Any]) -> dict[str, str]:
+    headers = {"Location": f"/v1/jobs/{job['id']}"}
+    if job["status"] in UNFINISHED:
+        headers["Retry-After"] = RETRY_AFTER_S
+    return headers
+
+
+def _check_against_dataset(body: JobCreate, datasets: Any) -> None:
+    """Parameters that only make sense for this dataset: k <= n, init width = d."""
+    meta = datasets.get(body.dataset_id)
+    if meta is None:
+        # 422, not 404: the resource addressed (/v1/jobs) exists, a field of the body is wrong.
+        raise ProblemError(
+            422,
+            f"dataset_id {body.dataset_id!r} names no dataset; upload it with POST /v1/datasets",
+            kind="unknown-dataset",
+            errors=[("body.dataset_id", "unknown dataset")],
+        )
+    n, d = meta["n_samples"], meta["n_features"]
+    if body.n_clusters > n:
+        raise ProblemError(
+            422,
+            f"n_clusters ({body.n_clusters}) exceeds n_samples ({n}) of dataset "
+            f"{body.dataset_id!r}; choose n_clusters <= {n}",
+            kind="validation",
+            errors=[("body.n_clusters", f"must be <= {n} (the dataset's n_samples)")],
+        )
+    if isinstance(body.init, list) and len(body.init[0]) != d:
+        raise ProblemError(
+            422,
+            f"init rows have {len(body.init[0])} values; the dataset has {d} features",
+            kind="validation",
+            errors=[("body.init", f"rows must have {d} values")],
+        )
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=Job,
+    summary="Start a clustering job",
+    description=(
+        "Validates the parameters against the dataset and queues the fit. `202` with "
+        "`Location: /v1/jobs/{id}`. With an `Idempotency-Key` header (scoped per API key) a "
+        "retry with the same body returns the same job; another body is a `422`; a retry "
+        "while the first is still being accepted is a `409`."
+    ),
+    responses=problems(409, 422),
+)
+def create_job(
+    body: JobCreate,
+    principal: Principal,
+    queue: Queue,
+    datasets: Datasets,
+    idempotency: Idempotency,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias=IDEMPOTENCY_HEADER, description="Makes retries safe (1-255 characters)."),
+    ] = None,
+) -> JSONResponse:
+    body_hash = fingerprint(body.model_dump(mode="json"))
+    if idempotency_key is not None:
+        stored = idempotency.begin(principal, idempotency_key, body_hash)
+        if stored is not None:
+            return JSONResponse(stored.body, status_code=stored.status, headers=stored.headers)
+    try:
+        _check_against_dataset(body, datasets)
+        job = queue.submit(body.dataset_id, body.engine_params())
+        content = _job_body(job)
+        headers = {"Location": f"/v1/jobs/{job['id']}", "Retry-After": RETRY_AFTER_S}
+    except BaseException:
+        if idempotency_key is not None:
+            idempotency.abandon(principal, idempotency_key)
+        raise
+    if idempotency_key is not None:
+        idempotency.complete(
+            principal, idempotency_key, body_hash, StoredResponse(202, content, headers)
+        )
+    return JSONResponse(content, status_code=202, headers=headers)
+
+
+@router.get("", response_model=JobList, summary="List jobs (newest first)")
+def list_jobs(
+    queue: Queue,
+    status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> dict[str, Any]:
+    items, total = queue.list(status=status, offset=offset, limit=limit)
+    return {"items": items, "total": total, "offset": offset, "limit": limit}
+
+
+@router.get(
+    "/{job_id}",
+    response_model=Job,
+    summary="Poll a job",
+    description="`Retry-After` (seconds) is set while the job is queued or running.",
+    responses=problems(404),
+)
+def get_job(job_id: str, queue: Queue) -> JSONResponse:
+    job = _job_or_404(queue, job_id)
+    return JSONResponse(_job_body(job), headers=_job_headers(job))
+
+
+@router.delete(
+    "/{job_id}",
+    status_code=204,
+    summary="Delete a job and its result (cancels it first)",
+    responses=problems(404),
+)
+def delete_job(job_id: str, queue: Queue, results: Results) -> Response:
+    job = _job_or_404(queue, job_id)
+    if job["status"] in UNFINISHED:
+        queue.cancel(job_id)
+    queue.delete(job_id)
+    results.delete(job_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=Job,
+    summary="Cancel a job",
+    description=(
+        "A queued job never runs; a running one stops at its next iteration. Canceling a "
+        "finished job is a `409`."
+    ),
+    responses=problems(404, 409),
+)
+def cancel_job(job_id: str, queue: Queue) -> JSONResponse:
+    job = _job_or_404(queue, job_id)
+    if job["status"] not in UNFINISHED and job["status"] != "canceled":
+        raise ProblemError(409, f"job {job_id!r} has already {job['status']}", kind="job-finished")
+    job = queue.cancel(job_id) or _job_or_404(queue, job_id)
+    return JSONResponse(_job_body(job), headers=_job_headers(job))
+
+
+def _parts(include: list[str] | None, exclude: list[str] | None) -> set[str]:
+    """The large result parts to send: all, or `include` ones, minus `exclude` ones."""
+
+    def split(values: list[str] | None, field: str) -> set[str] | None:
+        if values is None:
+            return None
+        names = {name.strip() for value in values for name in value.split(",") if name.strip()}
+        unknown = names - set(RESULT_PARTS)
+        if unknown:
+            raise ProblemError(
+                422,
+                f"unknown result parts {sorted(unknown)}; choose from {list(RESULT_PARTS)}",
+                kind="validation",
+                errors=[(f"query.{field}", f"unknown: {', '.join(sorted(unknown))}")],
+            )
+        return names
+
+    chosen = split(include, "include")
+    return (set(RESULT_PARTS) if chosen is None else chosen) - (split(exclude, "exclude") or set())
+
+
+def _listable(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+@router.get(
+    "/{job_id}/result",
+    response_model=JobResult,
+    response_model_exclude_none=True,
+    summary="The result of a succeeded job",
+    description=(
+        "`409` until the job has succeeded. `include=centroids,labels,history` keeps only "
+        "the named large parts, `exclude=labels` leaves parts out; the scalars are always sent."
+    ),
+    responses=problems(404, 409, 422),
+)
+def get_result(
+    job_id: str,
+    queue: Queue,
+    results: Results,
+    include: Annotated[list[str] | None, Query(description="Parts to keep.")] = None,
+    exclude: Annotated[list[str] | None, Query(description="Parts to leave out.")] = None,
+) -> JSONResponse:
+    parts = _parts(include, exclude)
+    _succeeded_or_409(queue, job_id)
+    summary = results.summary(job_id)
+    body: dict[str, Any] = {
+        "inertia": float(summary["inertia"]),
+        "n_iter": int(summary["n_iter"]),
+        "sigma": float(summary["sigma"]),
+    }
+    if "centroids" in parts:
+        body["centroids"] = _listable(summary["centroids"])
+    if "labels" in parts:
+        body["labels"] = _listable(results.labels(job_id))
+    if "history" in parts:
+        body["history"] = _listable(summary.get("history", []))
+    return JSONResponse(body)
+
+
+def csr_rows(matrix: sp.csr_matrix, offset: int, limit: int) -> dict[str, Any]:
+    """Rows `[offset, offset + limit)` of a CSR matrix, `indptr` relative to the page."""
+    n, k = matrix.shape
+    page = matrix[offset : offset + limit]
+    return {
+        "shape": [int(n), int(k)],
+        "offset": offset,
+        "limit": limit,
+        "indptr": (page.indptr - page.indptr[0]).tolist(),
+        "indices": page.indices.tolist(),
+        "values": page.data.astype(np.float64).tolist(),
+    }
+
+
+@router.get(
+    "/{job_id}/assignments",
+    response_model=SparseRows,
+    summary="Soft assignments (CSR), paged by rows",
+    description=(
+        "JSON CSR rows `[offset, offset + limit)`; with `Accept: application/x-npz` the "
+        "whole matrix as scipy's sparse `.npz` (`scipy.sparse.load_npz`)."
+    ),
+    responses={200: {"content": {NPZ: {}}}, **problems(404, 409)},
+)
+def get_assignments(
+    job_id: str,
+    request: Request,
+    queue: Queue,
+    results: Results,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=100_000, description="Rows per page.")] = 1000,
+) -> Response:
+    _succeeded_or_409(queue, job_id)
+    if NPZ in request.headers.get("accept", ""):
+        return FileResponse(
+            results.assignments_path(job_id),
+            media_type=NPZ,
+            filename=f"{job_id}-assignments.npz",
+        )
+    matrix = results.assignments(job_id)
+    page = csr_rows(sp.csr_matrix(matrix), offset, limit)
+    next_offset = offset + limit
+    headers = {}
+    if next_offset < matrix.shape[0]:
+        link = f"/v1/jobs/{job_id}/assignments?offset={next_offset}&limit={limit}"
+        headers["Link"] = f'<{link}>; rel="next"'
+    return JSONResponse(page, headers=headers)
+
+
+def _predict(model: Any, x: np.ndarray) -> dict[str, Any]:
+    expected = getattr(model, "n_features_in_", x.shape[1])
+    if x.shape[1] != expected:
+        raise ProblemError(
+            422,
+            f"the points have {x.shape[1]} features; the model was fitted on {expected}",
+            kind="invalid-dataset",
+            errors=[("body", f"needs {expected} columns")],
+        )
+    try:
+        labels = np.asarray(model.predict(x))
+        soft = sp.csr_matrix(model.soft_assign(x))
+    except (ValueError, TypeError) as exc:
+        raise ProblemError(
+            422, str(exc), kind="invalid-dataset", errors=[("body", str(exc))]
+        ) from None
+    return {"labels": labels.tolist(), "assignments": csr_rows(soft, 0, max(1, x.shape[0]))}
+
+
+@router.post(
+    "/{job_id}/predict",
+    response_model=Prediction,
+    summary="Assign new points with the fitted model",
+    description="Same body types as `POST /v1/datasets`; nothing is stored.",
+    responses=problems(404, 409, 413, 415, 422),
+    openapi_extra=DATASET_BODY,
+)
+async def predict(
+    job_id: str, request: Request, queue: Queue, results: Results, datasets: Datasets
+) -> JSONResponse:
+    media = media_type(request.headers.get("content-type"))
+    await run_in_threadpool(_succeeded_or_409, queue, job_id)
+    upload = await datasets.spool(request.stream(), request.headers.get("content-length"))
+
+    def work() -> dict[str, Any]:
+        with parsed_upload(upload, media) as x:
+            return _predict(results.model(job_id), np.asarray(x))
+
+    return JSONResponse(await run_in_threadpool(work))
