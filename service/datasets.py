@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -217,9 +218,11 @@ def parse_csv(path: Path) -> Parsed:
                 if line.strip():
                     break
     try:
-        array = np.loadtxt(
-            path, delimiter=",", skiprows=skip, dtype=np.float64, ndmin=2, encoding="utf-8-sig"
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "no data": reported below
+            array = np.loadtxt(
+                path, delimiter=",", skiprows=skip, dtype=np.float64, ndmin=2, encoding="utf-8-sig"
+            )
     except (ValueError, UnicodeDecodeError) as exc:
         raise _invalid(f"the CSV is not numeric: {exc}") from None
     if header and array.size == 0:

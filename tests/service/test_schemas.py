@@ -1,0 +1,107 @@
+"""The request models accept what the engine accepts and reject the rest with field errors."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from service.schemas import Job, JobCreate, Problem
+
+BASE = {"dataset_id": "d1", "n_clusters": 3}
+
+
+def test_defaults_mirror_the_engine() -> None:
+    params = JobCreate(**BASE).engine_params()
+    assert params == {
+        "n_clusters": 3,
+        "assignment": "entmax15",
+        "sigma0": "auto",
+        "sigma_min": "auto",
+        "cooling": 0.8,
+        "max_iter": 300,
+        "tol": 1e-4,
+        "init": "k-means++",
+        "n_init": 1,
+        "random_state": None,
+        "device": "auto",
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n_clusters", 0),
+        ("assignment", "sparsemax"),
+        ("sigma0", 0),
+        ("sigma0", -1.0),
+        ("sigma0", "hot"),
+        ("sigma_min", 0.0),
+        ("cooling", 0.0),
+        ("cooling", 1.0),
+        ("max_iter", 0),
+        ("tol", -1e-3),
+        ("init", "kmeans"),
+        ("n_init", 0),
+        ("random_state", -1),
+        ("random_state", 1.5),
+        ("device", "tpu"),
+        ("device", "cuda:x"),
+        ("unknown", 1),
+    ],
+)
+def test_bad_parameters_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        JobCreate(**{**BASE, field: value})
+    assert field in {str(part) for err in info.value.errors() for part in err["loc"]}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("sigma0", 2.5),
+        ("sigma_min", 1e-6),
+        ("assignment", "hard"),
+        ("assignment", "softmax"),
+        ("init", "random"),
+        ("device", "cpu"),
+        ("device", "cuda"),
+        ("device", "cuda:1"),
+        ("random_state", 0),
+    ],
+)
+def test_good_parameters_pass(field: str, value: object) -> None:
+    assert JobCreate(**{**BASE, field: value}).engine_params()[field] == value
+
+
+def test_init_array_must_be_k_rows_of_equal_width() -> None:
+    ok = JobCreate(**BASE, init=[[0, 0], [1, 1], [2, 2]])
+    assert ok.engine_params()["init"] == [[0, 0], [1, 1], [2, 2]]
+    with pytest.raises(ValidationError, match="n_clusters=3"):
+        JobCreate(**BASE, init=[[0, 0], [1, 1]])
+    with pytest.raises(ValidationError, match="equal length"):
+        JobCreate(**BASE, init=[[0, 0], [1], [2, 2]])
+
+
+def test_job_accepts_the_queue_shape_and_missing_progress() -> None:
+    job = Job.model_validate(
+        {
+            "id": "j",
+            "dataset_id": "d",
+            "params": {"n_clusters": 2},
+            "status": "queued",
+            "progress": {"fraction": None, "sigma": None, "iteration": None, "objective": None},
+            "error": None,
+            "created_at": "2026-01-01T00:00:00.000+00:00",
+            "started_at": None,
+            "finished_at": None,
+            "attempts": 0,
+        }
+    )
+    assert job.status == "queued"
+    with pytest.raises(ValidationError):
+        Job.model_validate({**job.model_dump(), "status": "paused"})
+
+
+def test_models_carry_openapi_examples() -> None:
+    for model in (Problem, JobCreate, Job):
+        assert model.model_json_schema().get("examples"), model.__name__
