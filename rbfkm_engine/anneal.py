@@ -1,0 +1,87 @@
+r"""Temperature schedule: where annealing starts, how it cools, where it stops.
+
+Critical temperature
+--------------------
+Above a critical ``sigma`` the only stable fixed point has every centre at the weighted
+mean ``mu``. Linearise one fixed-point iteration around that collapsed state: perturb the
+centres ``c_j = mu + e_j``; to first order the scores of point ``i`` change by
+``dz_ij = 2 (x_i - mu) . e_j / sigma`` (the ``||x_i - mu||^2`` term is common to all ``j``
+and drops out), the responsibilities by ``dR_i = J dz_i`` with ``J`` the Jacobian of the map
+at the uniform distribution, and the M-step gives
+
+    e_j  <-  (2 g / sigma) Cov_w (e_j - mean_l e_l),     Cov_w the weighted covariance,
+
+where ``J = g (I - 11^T / k) / k``. The collapsed state loses stability when
+``2 g lambda_max / sigma > 1``:
+
+- softmax: ``J = diag(p) - p p^T = (I - 11^T/k) / k``, so ``g = 1`` and
+  ``sigma_c = 2 lambda_max`` (Rose's deterministic annealing);
+- entmax15: with ``s = sqrt(p)``, ``J = diag(s) - s s^T / sum(s)``; at ``p = 1/k`` this is
+  ``(I - 11^T/k) / sqrt(k)``, so ``g = sqrt(k)`` and ``sigma_c = 2 sqrt(k) lambda_max``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: ``sigma0="auto"`` starts this far above the critical temperature.
+SIGMA0_MARGIN = 1.1
+#: ``sigma_min="auto"`` is this fraction of the softmax critical temperature.
+SIGMA_MIN_RATIO = 1e-4
+
+
+def weighted_covariance(X: torch.Tensor, sample_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``(d, d)`` weighted covariance ``sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i``."""
+    X64 = X.double()
+    if sample_weight is None:
+        mu = X64.mean(dim=0)
+        Xc = X64 - mu
+        return Xc.T @ Xc / X.shape[0]
+    w = sample_weight.double()
+    total = w.sum()
+    mu = (w.unsqueeze(1) * X64).sum(dim=0) / total
+    Xc = X64 - mu
+    return (Xc * w.unsqueeze(1)).T @ Xc / total
+
+
+def largest_eigenvalue(cov: torch.Tensor) -> float:
+    """``lambda_max`` of a symmetric PSD matrix."""
+    if cov.shape[0] <= 2048:
+        return float(torch.linalg.eigvalsh(cov)[-1].clamp_min(0.0))
+    v = torch.ones(cov.shape[0], dtype=cov.dtype, device=cov.device)
+    value = 0.0
+    for _ in range(200):
+        w = cov @ v
+        value_new = float(w.norm())
+        if value_new == 0.0:
+            return 0.0
+        v = w / value_new
+        if abs(value_new - value) <= 1e-10 * value_new:
+            break
+        value = value_new
+    return value_new
+
+
+def critical_temperature(lambda_max: float, n_clusters: int, assignment: str) -> float:
+    """First critical ``sigma`` of the map (see the module docstring)."""
+    if assignment == "softmax":
+        return 2.0 * lambda_max
+    if assignment == "entmax15":
+        return 2.0 * math.sqrt(n_clusters) * lambda_max
+    raise ValueError(f"no critical temperature for assignment={assignment!r}")
+
+
+def geometric_schedule(sigma0: float, sigma_min: float, cooling: float) -> list[float]:
+    """``sigma0, cooling * sigma0, ...`` down to and including ``sigma_min``."""
+    if not 0.0 < cooling < 1.0:
+        raise ValueError(f"cooling must be in (0, 1), got {cooling}")
+    if sigma_min <= 0.0 or sigma0 <= 0.0:
+        raise ValueError("sigma0 and sigma_min must be > 0")
+    if sigma_min >= sigma0:
+        return [sigma0]
+    steps = math.ceil(math.log(sigma_min / sigma0) / math.log(cooling))
+    schedule = [sigma0 * cooling**t for t in range(steps)]
+    schedule.append(sigma_min)
+    return schedule

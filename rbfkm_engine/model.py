@@ -1,0 +1,500 @@
+"""``RBFKMeans``: annealed RBF-K-Means with the scikit-learn estimator API."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .anneal import (
+    SIGMA0_MARGIN,
+    SIGMA_MIN_RATIO,
+    critical_temperature,
+    geometric_schedule,
+    largest_eigenvalue,
+    weighted_covariance,
+)
+from .assign import ASSIGNMENTS, responsibilities, to_csr_block
+from .distances import chunk_size_for, iter_chunks, squared_distances, squared_norms
+from .init import kmeans_plusplus, random_init
+from .solver import Callback, solve
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` is the first CUDA device when there is one, else the CPU."""
+    if isinstance(device, torch.device):
+        resolved = device
+    elif device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            resolved = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(
+                f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
+            ) from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was requested but CUDA is not available")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) present"
+            )
+    elif resolved.type != "cpu":
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return resolved
+
+
+class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+    r"""K-Means as the zero-temperature limit of an RBF network, solved by annealing.
+
+    For a temperature ``sigma`` the responsibilities of point ``x_i`` are
+    ``R_i = map(-D_i / sigma)`` with ``D_ij = ||x_i - c_j||^2`` and ``map`` one of softmax,
+    entmax15 (sparse) or hard argmin. ``R`` and the centres ``C`` are a fixed point of
+
+    .. math::
+
+        J_\sigma(C, R) = \sum_i w_i \sum_j R_{ij} D_{ij} - \sigma \sum_i w_i H(R_i),
+        \qquad c_j = \frac{\sum_i w_i R_{ij} x_i}{\sum_i w_i R_{ij}},
+
+    (``H``: Shannon entropy for softmax, Tsallis-1.5 for entmax15). ``sigma`` starts just
+    above the critical temperature where the collapsed solution splits and falls
+    geometrically; hard Lloyd iterations finish on a true K-Means fixed point.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    assignment : {"entmax15", "softmax", "hard"}, default="entmax15"
+        The responsibility map. ``"hard"`` is plain Lloyd from the initial centres.
+    sigma0 : float or "auto", default="auto"
+        First temperature. ``"auto"``: 1.1 x the critical temperature, ``2 lambda_max`` for
+        softmax and ``2 sqrt(k) lambda_max`` for entmax15 (``lambda_max``: largest
+        eigenvalue of the weighted covariance).
+    sigma_min : float or "auto", default="auto"
+        Last temperature; ``"auto"``: ``1e-4 x 2 lambda_max``. Annealing also stops once
+        almost every point is hard (exactly, for entmax15).
+    cooling : float, default=0.8
+        Geometric rate ``sigma <- cooling * sigma``, in (0, 1).
+    max_iter : int, default=300
+        Fixed-point iterations in total, all temperatures and the final Lloyd phase together.
+    tol : float, default=1e-4
+        Convergence when the summed squared centre shift is below ``tol`` times the mean
+        per-feature variance of the data (scikit-learn's convention).
+    init : {"k-means++", "random"} or array of shape (n_clusters, n_features)
+    n_init : int, default=1
+        Runs from different initialisations; the lowest inertia wins.
+    device : str, default="auto"
+        ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    dtype : {"float32", "float64"}, default="float32"
+        Precision of the fit. Fitted arrays are returned in the input's float precision.
+    chunk_size : int or None, default=None
+        Rows per distance block; ``None`` derives it from a 256 MiB budget.
+    random_state : int, RandomState or None
+    verbose : bool, default=False
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters, n_features)
+    labels_ : ndarray (n_samples,) of int64, equal to ``predict(X)``
+    inertia_ : float, weighted sum of squared distances to the nearest centre
+    n_iter_ : int, fixed-point iterations of the best run
+    n_features_in_ : int
+    sigma_ : float, the last annealing temperature (0.0 for ``"hard"``)
+    history_ : list of dict, one per temperature (and one for the Lloyd phase) with
+        ``sigma, objective, inertia, iterations, mean_nnz``
+    stopped_early_ : bool, whether the fit callback stopped the fit
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rbfkm_engine import RBFKMeans
+    >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+    >>> km = RBFKMeans(n_clusters=2, random_state=0, device="cpu").fit(X)
+    >>> sorted(np.bincount(km.labels_).tolist())
+    [2, 2]
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        assignment: str = "entmax15",
+        sigma0: float | str = "auto",
+        sigma_min: float | str = "auto",
+        cooling: float = 0.8,
+        max_iter: int = 300,
+        tol: float = 1e-4,
+        init: str | np.ndarray = "k-means++",
+        n_init: int = 1,
+        device: str = "auto",
+        dtype: str = "float32",
+        chunk_size: int | None = None,
+        random_state: int | np.random.RandomState | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.assignment = assignment
+        self.sigma0 = sigma0
+        self.sigma_min = sigma_min
+        self.cooling = cooling
+        self.max_iter = max_iter
+        self.tol = tol
+        self.init = init
+        self.n_init = n_init
+        self.device = device
+        self.dtype = dtype
+        self.chunk_size = chunk_size
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ validation
+    def _validate_params_explicitly(self) -> None:
+        """Check every hyper-parameter; the message names the parameter and the fix."""
+
+        def positive_int(name: str, value: Any, minimum: int = 1) -> None:
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < minimum:
+                raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+        def temperature(name: str, value: Any) -> None:
+            if isinstance(value, str):
+                if value != "auto":
+                    raise ValueError(f"{name} must be a float > 0 or 'auto', got {value!r}")
+                return
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise TypeError(f"{name} must be a float > 0 or 'auto', got {value!r}")
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite float > 0 or 'auto', got {value}")
+
+        positive_int("n_clusters", self.n_clusters)
+        positive_int("max_iter", self.max_iter)
+        positive_int("n_init", self.n_init)
+        if self.chunk_size is not None:
+            positive_int("chunk_size", self.chunk_size)
+        if self.assignment not in ASSIGNMENTS:
+            raise ValueError(f"assignment must be one of {ASSIGNMENTS}, got {self.assignment!r}")
+        temperature("sigma0", self.sigma0)
+        temperature("sigma_min", self.sigma_min)
+        if not isinstance(self.cooling, numbers.Real) or not 0.0 < self.cooling < 1.0:
+            raise ValueError(f"cooling must be a float in (0, 1), got {self.cooling!r}")
+        if not isinstance(self.tol, numbers.Real) or not self.tol >= 0:
+            raise ValueError(f"tol must be a float >= 0, got {self.tol!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        if isinstance(self.init, str) and self.init not in ("k-means++", "random"):
+            raise ValueError(
+                f"init must be 'k-means++', 'random' or an array of shape "
+                f"(n_clusters, n_features), got {self.init!r}"
+            )
+
+    def _to_tensor(
+        self, X: Any, *, reset: bool, dtype: torch.dtype | None = None
+    ) -> tuple[torch.Tensor, np.dtype]:
+        """Validate ``X`` and return it on the fit device, with its float numpy dtype.
+
+        Torch tensors are taken as they are (no trip through the host); everything else
+        goes through scikit-learn's ``validate_data``.
+        """
+        device = resolve_device(self.device)
+        if isinstance(X, torch.Tensor):
+            if X.ndim != 2:
+                raise ValueError(f"Expected a 2D tensor, got shape {tuple(X.shape)}")
+            if X.is_complex() or X.dtype == torch.bool:
+                raise ValueError(f"X must be real-valued, got dtype {X.dtype}")
+            if X.shape[0] == 0 or X.shape[1] == 0:
+                raise ValueError(f"X must be non-empty, got shape {tuple(X.shape)}")
+            out_dtype = np.dtype("float64") if X.dtype == torch.float64 else np.dtype("float32")
+            if not bool(torch.isfinite(X).all()):
+                raise ValueError("Input X contains NaN or infinity; clean or impute it first.")
+            if reset:
+                self.n_features_in_ = int(X.shape[1])
+            elif X.shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
+            target = dtype or (torch.float64 if X.dtype == torch.float64 else torch.float32)
+            return X.detach().to(device=device, dtype=target).contiguous(), out_dtype
+        array = validate_data(
+            self,
+            X,
+            reset=reset,
+            dtype=[np.float64, np.float32],
+            order="C",
+            accept_sparse=False,
+        )
+        if dtype is None:
+            dtype = torch.float64 if array.dtype == np.float64 else torch.float32
+        return torch.from_numpy(array).to(device=device, dtype=dtype), array.dtype
+
+    def _weights(self, sample_weight: Any, X: torch.Tensor) -> torch.Tensor | None:
+        if sample_weight is None:
+            return None
+        if isinstance(sample_weight, torch.Tensor):
+            w = sample_weight.detach().to(device=X.device, dtype=X.dtype)
+        else:
+            array = np.asarray(sample_weight, dtype=np.float64)
+            if array.ndim == 0:
+                array = np.full(X.shape[0], float(array))
+            w = torch.from_numpy(np.ascontiguousarray(array)).to(device=X.device, dtype=X.dtype)
+        if w.ndim != 1 or w.shape[0] != X.shape[0]:
+            raise ValueError(f"sample_weight.shape == {tuple(w.shape)}, expected ({X.shape[0]},)")
+        if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+            raise ValueError("sample_weight must be finite and non-negative")
+        if float(w.sum()) <= 0:
+            raise ValueError("sample_weight must have a positive sum")
+        return w
+
+    def _chunk(self, n_features: int, itemsize: int) -> int:
+        if self.chunk_size is not None:
+            return int(self.chunk_size)
+        return chunk_size_for(self.n_clusters, n_features, itemsize)
+
+    # ------------------------------------------------------------------ fitting
+    def _initial_centres(
+        self,
+        X: torch.Tensor,
+        w: torch.Tensor | None,
+        x_sq: torch.Tensor,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        if isinstance(self.init, str):
+            if self.init == "k-means++":
+                return kmeans_plusplus(
+                    X, self.n_clusters, sample_weight=w, generator=generator, x_sq=x_sq
+                )
+            return random_init(X, self.n_clusters, sample_weight=w, generator=generator)
+        init = self.init
+        if isinstance(init, torch.Tensor):
+            C = init.detach().to(device=X.device, dtype=X.dtype)
+        else:
+            C = torch.as_tensor(np.asarray(init, dtype=np.float64), device=X.device).to(X.dtype)
+        if C.shape != (self.n_clusters, X.shape[1]):
+            raise ValueError(
+                f"init array must have shape (n_clusters, n_features) = "
+                f"({self.n_clusters}, {X.shape[1]}), got {tuple(C.shape)}"
+            )
+        if not bool(torch.isfinite(C).all()):
+            raise ValueError("init array contains NaN or infinity")
+        return C.clone()
+
+    def _schedule(self, X: torch.Tensor, w: torch.Tensor | None) -> list[float]:
+        """Temperatures for this fit; empty for hard assignment or degenerate data."""
+        if self.assignment == "hard":
+            return []
+        needs_lambda = self.sigma0 == "auto" or self.sigma_min == "auto"
+        lambda_max = largest_eigenvalue(weighted_covariance(X, w)) if needs_lambda else 1.0
+        if needs_lambda and lambda_max <= 0.0:
+            return []  # constant data: nothing to anneal
+        sigma0 = (
+            SIGMA0_MARGIN * critical_temperature(lambda_max, self.n_clusters, self.assignment)
+            if self.sigma0 == "auto"
+            else float(self.sigma0)
+        )
+        sigma_min = (
+            SIGMA_MIN_RATIO * critical_temperature(lambda_max, self.n_clusters, "softmax")
+            if self.sigma_min == "auto"
+            else float(self.sigma_min)
+        )
+        return geometric_schedule(sigma0, min(sigma_min, sigma0), float(self.cooling))
+
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        *,
+        callback: Callback | None = None,
+    ) -> RBFKMeans:
+        """Fit the centres.
+
+        Parameters
+        ----------
+        X : array-like or torch.Tensor of shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like of shape (n_samples,), optional
+        callback : callable, optional
+            Called after every fixed-point iteration with a
+            :class:`~rbfkm_engine.FitProgress`; returning ``True`` stops the fit, which
+            still ends with consistent fitted attributes (``stopped_early_ = True``).
+        """
+        self._validate_params_explicitly()
+        Xt, out_dtype = self._to_tensor(X, reset=True, dtype=_DTYPES[self.dtype])
+        n, d = Xt.shape
+        if n < self.n_clusters:
+            raise ValueError(
+                f"n_samples={n} should be >= n_clusters={self.n_clusters}: "
+                f"ask for at most {n} clusters or provide more samples."
+            )
+        w = self._weights(sample_weight, Xt)
+        rng = check_random_state(self.random_state)
+        x_sq = squared_norms(Xt)
+        variances = weighted_covariance(Xt, w).diagonal()
+        tol = float(self.tol) * float(variances.mean())
+        schedule = self._schedule(Xt, w)
+        chunk = self._chunk(d, Xt.element_size())
+        n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
+        best = None
+        for run in range(n_init):
+            generator = torch.Generator(device=Xt.device)
+            generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
+            C0 = self._initial_centres(Xt, w, x_sq, generator)
+            result = solve(
+                Xt,
+                w,
+                C0,
+                assignment=self.assignment,
+                schedule=schedule,
+                max_iter=int(self.max_iter),
+                tol=tol,
+                chunk_size=chunk,
+                callback=callback,
+                progress_offset=run / n_init,
+                progress_scale=1.0 / n_init,
+                verbose=bool(self.verbose),
+            )
+            if best is None or result.inertia < best.inertia:
+                best = result
+            if result.stopped_early:
+                break
+        assert best is not None
+        if not best.converged and not best.stopped_early:
+            warnings.warn(
+                f"RBFKMeans did not converge within max_iter={self.max_iter} iterations; "
+                "increase max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        self.cluster_centers_ = best.centres.cpu().numpy().astype(out_dtype, copy=False)
+        self.labels_ = best.labels.cpu().numpy().astype(np.int64, copy=False)
+        self.inertia_ = float(best.inertia)
+        self.n_iter_ = int(best.n_iter)
+        self.sigma_ = float(best.sigma)
+        self.history_ = best.history
+        self.stopped_early_ = bool(best.stopped_early)
+        distinct = int(np.unique(self.labels_).size)
+        if distinct < self.n_clusters:
+            warnings.warn(
+                f"Number of distinct clusters ({distinct}) found smaller than "
+                f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    @classmethod
+    def from_centers(
+        cls,
+        centers: Any,
+        *,
+        assignment: str = "entmax15",
+        sigma: float = 0.0,
+        device: str = "cpu",
+        dtype: str | None = None,
+    ) -> RBFKMeans:
+        """A fitted estimator with the given centres (to predict without refitting)."""
+        array = np.asarray(centers)
+        if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
+            raise ValueError(f"centers must be a non-empty 2D array, got shape {array.shape}")
+        if array.dtype not in (np.float32, np.float64):
+            array = array.astype(np.float64)
+        if not np.isfinite(array).all():
+            raise ValueError("centers contain NaN or infinity")
+        if not (math.isfinite(sigma) and sigma >= 0):
+            raise ValueError(f"sigma must be a finite float >= 0, got {sigma}")
+        model = cls(
+            n_clusters=int(array.shape[0]),
+            assignment=assignment,
+            device=device,
+            dtype=dtype or ("float64" if array.dtype == np.float64 else "float32"),
+        )
+        model._validate_params_explicitly()
+        model.cluster_centers_ = np.ascontiguousarray(array)
+        model.n_features_in_ = int(array.shape[1])
+        model.sigma_ = float(sigma)
+        model.n_iter_ = 0
+        model.history_ = []
+        model.stopped_early_ = False
+        return model
+
+    # ------------------------------------------------------------------ inference
+    def _predict_inputs(self, X: Any) -> tuple[torch.Tensor, torch.Tensor, np.dtype]:
+        """``X`` and the centres on the device, in the wider of their precisions."""
+        check_is_fitted(self, "cluster_centers_")
+        Xt, out_dtype = self._to_tensor(X, reset=False)
+        wide = (
+            torch.float64
+            if torch.float64 in (Xt.dtype, _DTYPES.get(self.dtype, torch.float32))
+            else torch.float32
+        )
+        C = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_)).to(
+            device=Xt.device, dtype=wide
+        )
+        return Xt.to(wide), C, out_dtype
+
+    def _blocks(self, X: torch.Tensor, C: torch.Tensor):
+        """Yield ``(rows, D)`` distance blocks of ``X`` to the centres."""
+        x_sq = squared_norms(X)
+        c_sq = squared_norms(C)
+        for rows in iter_chunks(X.shape[0], self._chunk(X.shape[1], X.element_size())):
+            yield rows, squared_distances(X[rows], C, x_sq[rows], c_sq)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Index of the nearest centre for each sample (int64)."""
+        Xt, C, _ = self._predict_inputs(X)
+        labels = torch.empty(Xt.shape[0], dtype=torch.long, device=Xt.device)
+        for rows, D in self._blocks(Xt, C):
+            labels[rows] = D.argmin(dim=1)
+        return labels.cpu().numpy()
+
+    def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
+        """Fit, then return ``labels_``."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Euclidean distances to every centre, shape (n_samples, n_clusters)."""
+        Xt, C, out_dtype = self._predict_inputs(X)
+        out = torch.empty((Xt.shape[0], C.shape[0]), dtype=Xt.dtype, device=Xt.device)
+        for rows, D in self._blocks(Xt, C):
+            out[rows] = D.sqrt_()
+        return out.cpu().numpy().astype(out_dtype, copy=False)
+
+    def soft_assign(self, X: Any, sigma: float | None = None) -> sp.csr_matrix:
+        """Responsibilities ``map(-D / sigma)`` as a CSR matrix whose rows sum to 1.
+
+        ``sigma=None`` uses the final annealing temperature ``sigma_``; ``sigma=0`` (or a
+        hard estimator) gives one-hot rows. Only nonzeros are stored.
+        """
+        sigma = self.sigma_ if sigma is None else float(sigma)
+        if not (math.isfinite(sigma) and sigma >= 0):
+            raise ValueError(f"sigma must be a finite float >= 0, got {sigma}")
+        Xt, C, out_dtype = self._predict_inputs(X)
+        assignment = self.assignment if self.assignment in ASSIGNMENTS else "hard"
+        blocks = [
+            to_csr_block(responsibilities(D, sigma, assignment).responsibilities, C.shape[0])
+            for _, D in self._blocks(Xt, C)
+        ]
+        out = sp.vstack(blocks, format="csr")
+        return out.astype(out_dtype, copy=False)
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Minus the (weighted) inertia of ``X`` against the fitted centres."""
+        Xt, C, _ = self._predict_inputs(X)
+        w = self._weights(sample_weight, Xt)
+        total = torch.zeros((), dtype=torch.float64, device=Xt.device)
+        for rows, D in self._blocks(Xt, C):
+            d_min = D.min(dim=1).values
+            total += (d_min if w is None else w[rows] * d_min).sum(dtype=torch.float64)
+        return -float(total)
