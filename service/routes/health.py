@@ -11,7 +11,12 @@ from service.schemas import Health
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+@router.get(
+    "/healthz",
+    response_model=Health,
+    response_model_exclude_none=True,
+    summary="Liveness: the process answers",
+)
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 

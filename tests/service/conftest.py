@@ -1,0 +1,58 @@
+"""Fixtures for the service tests: settings on a temp data dir, an app on the real Redis."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """An array as the bytes of a `.npy` file."""
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+def blobs(n: int = 240, d: int = 2, k: int = 3, seed: int = 0) -> np.ndarray:
+    """Well-separated Gaussian blobs: a dataset every method clusters the same way."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-10, 10, size=(k, d))
+    labels = np.arange(n) % k
+    return centres[labels] + rng.normal(scale=0.5, size=(n, d))
+
+
+def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settings:
+    """Settings for a test: a private data dir, the test Redis, no environment surprises."""
+    values: dict[str, object] = {
+        "REDIS_URL": redis_url,
+        "data_dir": data_dir,
+        "key_prefix": "test",
+        "api_keys": [],
+        "workers": 1,
+        "device": "cpu",
+        "lease_s": 5.0,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings(redis_client: redis.Redis, redis_server: str, tmp_path: Path) -> Settings:
+    """Settings on an empty Redis database and an empty data dir."""
+    return make_settings(redis_server, tmp_path / "data")
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    """An in-process client of the app (no workers: jobs stay queued)."""
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
