@@ -39,6 +39,9 @@ idle time; ``XAUTOCLAIM`` only takes entries idle longer than ``lease_s``. The r
 script that also checks the fence and that the entry is still this consumer's, so a stale
 worker cannot pull back an entry another worker has taken.
 
+A worker that shuts down gracefully hands its job back (:meth:`JobQueue.release`): queued
+again at once with a fresh entry; a hand-back does not use up an attempt.
+
 A job claimed for the ``max_attempts + 1``-th time (its workers kept dying) goes to the
 dead-letter stream with status failed; so does a job whose last allowed attempt failed with
 a retryable error, and at once one that failed on bad input. Finished jobs' hashes expire
@@ -107,6 +110,13 @@ local function dead_letter(err, now_iso)
     'attempts', redis.call('HGET', key, 'attempts'), 'at', now_iso)
 end
 
+local function requeue(entry)
+  move('queued')
+  ack(entry)
+  redis.call('HSET', key, 'entry', redis.call('XADD', stream, '*', 'job', id))
+  redis.call('HDEL', key, 'consumer')
+end
+
 local function owns(entry, consumer)
   local p = redis.call('XPENDING', stream, group, entry, entry, 1, consumer)
   return #p > 0
@@ -144,10 +154,11 @@ if h[3] == '1' then
   return {'skip', 'canceled'}
 end
 local n = redis.call('HINCRBY', key, 'attempts', 1)
-if n > tonumber(ARGV[6]) then
+local handed_back = tonumber(redis.call('HGET', key, 'handbacks') or '0')
+if n - handed_back > tonumber(ARGV[6]) then
   n = redis.call('HINCRBY', key, 'attempts', -1)
-  local err = 'gave up after ' .. n .. ' attempts: the worker running the job died ' ..
-    'or lost its lease each time'
+  local err = 'gave up after ' .. (n - handed_back) .. ' attempts: the worker running ' ..
+    'the job died or lost its lease each time'
   redis.call('HSET', key, 'error', err)
   finish('failed', ARGV[7], ARGV[8], ARGV[9])
   dead_letter(err, ARGV[7])
@@ -200,12 +211,9 @@ if redis.call('HGET', key, 'cancel') == '1' then
 end
 redis.call('HSET', key, 'error', ARGV[6])
 local n = tonumber(redis.call('HGET', key, 'attempts'))
+n = n - tonumber(redis.call('HGET', key, 'handbacks') or '0')
 if ARGV[7] == '1' and n < tonumber(ARGV[8]) then
-  move('queued')
-  ack(ARGV[4])
-  local entry = redis.call('XADD', stream, '*', 'job', id)
-  redis.call('HSET', key, 'entry', entry)
-  redis.call('HDEL', key, 'consumer')
+  requeue(ARGV[4])
   return 'queued'
 end
 finish('failed', ARGV[9], ARGV[10], ARGV[11])
@@ -221,6 +229,20 @@ if not fenced(ARGV[5]) then return 0 end
 finish('canceled', ARGV[6], ARGV[7], ARGV[8])
 ack(ARGV[4])
 return 1
+"""
+
+# ARGV[4..] entry, attempt, now_iso, now_ts, ttl
+_RELEASE = """
+if redis.call('EXISTS', key) == 0 then ack(ARGV[4]) return 'deleted' end
+if not fenced(ARGV[5]) then return redis.call('HGET', key, 'status') end
+if redis.call('HGET', key, 'cancel') == '1' then
+  finish('canceled', ARGV[6], ARGV[7], ARGV[8])
+  ack(ARGV[4])
+  return 'canceled'
+end
+redis.call('HINCRBY', key, 'handbacks', 1)
+requeue(ARGV[4])
+return 'queued'
 """
 
 # ARGV[4..] now_iso, now_ts, ttl
@@ -345,6 +367,7 @@ class JobQueue:
                 "succeed": _SUCCEED,
                 "fail": _FAIL,
                 "mark_canceled": _MARK_CANCELED,
+                "release": _RELEASE,
                 "cancel": _CANCEL,
                 "delete": _DELETE,
             }.items()
@@ -694,6 +717,18 @@ class JobQueue:
                 self.ttl_s,
             )
         )
+
+    def release(self, claim: Claim) -> str:
+        """Hand a running job back (worker shutting down): queued again at once.
+
+        A hand-back does not use up one of ``max_attempts`` (the fencing token still grows
+        on the next claim). Returns the status afterwards, as :meth:`fail` does.
+        """
+        now_iso, now_ts = _now()
+        reply = self._call(
+            "release", claim.job_id, claim.entry_id, claim.attempt, now_iso, now_ts, self.ttl_s
+        )
+        return _text(reply)
 
 
 def _stream_entries(reply: Any) -> builtins.list[tuple[str, Any]]:

@@ -436,3 +436,27 @@ def test_decoded_client_works_too(redis_server: str, redis_client: redis.Redis) 
     assert queue.succeed(claim, {"x": 1})
     assert queue.list(status="succeeded")[1] == 1
     client.close()
+
+
+def test_release_hands_the_job_back_without_using_an_attempt(make_queue: MakeQueue) -> None:
+    queue = make_queue(max_attempts=1)
+    job = queue.submit("ds", {})
+    first = _claim(queue, "stopping")
+    assert queue.release(first) == "queued"
+    assert _pending(queue) == []
+    assert queue.depth() == 1
+    assert queue.succeed(first, {}) is False  # the handed-back attempt is fenced out
+    second = _claim(queue, "next")
+    assert second.attempt == 2  # a new fencing token, yet not dead-lettered at max_attempts=1
+    assert queue.fail(second, "flaky", retryable=True) == "failed"  # its one real attempt
+    failed = queue.get(job["id"])
+    assert failed is not None
+    assert failed["status"] == "failed"
+
+
+def test_release_of_a_canceled_job_cancels_it(queue: JobQueue) -> None:
+    job = queue.submit("ds", {})
+    claim = _claim(queue)
+    queue.cancel(job["id"])
+    assert queue.release(claim) == "canceled"
+    assert queue.claim("w2", block_ms=50) is None
