@@ -1,0 +1,82 @@
+"""device="cuda": same answers as the CPU, in float32 and float64; the layer on CUDA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rbfkm_engine import RBFKMeans, RBFKMeansLayer
+
+from .conftest import well_separated_blobs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+ASSIGNMENTS = ("hard", "softmax", "entmax15")
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+def test_cuda_fit_matches_cpu(assignment: str, dtype: str) -> None:
+    data = well_separated_blobs(n=600, k=5, d=2, seed=0)
+    init = data.X[[0, 1, 2, 3, 4]]
+    params = dict(n_clusters=5, assignment=assignment, dtype=dtype, init=init, random_state=0)
+    cpu = RBFKMeans(device="cpu", **params).fit(data.X)
+    gpu = RBFKMeans(device="cuda", **params).fit(data.X)
+    assert isinstance(gpu.cluster_centers_, np.ndarray)
+    assert gpu.cluster_centers_.dtype == cpu.cluster_centers_.dtype
+    atol = 1e-3 if dtype == "float32" else 1e-8
+    np.testing.assert_allclose(gpu.cluster_centers_, cpu.cluster_centers_, atol=atol)
+    np.testing.assert_array_equal(gpu.labels_, cpu.labels_)
+    np.testing.assert_allclose(gpu.inertia_, cpu.inertia_, rtol=1e-4)
+    np.testing.assert_array_equal(gpu.predict(data.X), gpu.labels_)
+    soft = gpu.soft_assign(data.X)
+    np.testing.assert_allclose(soft.toarray().sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_cuda_index_device_string() -> None:
+    data = well_separated_blobs(n=200, k=3, d=2, seed=1)
+    m = RBFKMeans(n_clusters=3, device="cuda:0", random_state=0).fit(data.X)
+    np.testing.assert_array_equal(m.predict(data.X), m.labels_)
+
+
+def test_cuda_accepts_cuda_tensor() -> None:
+    data = well_separated_blobs(n=200, k=3, d=2, seed=2)
+    X = torch.from_numpy(data.X).float().cuda()
+    m = RBFKMeans(n_clusters=3, device="cuda", random_state=0).fit(X)
+    assert m.predict(X).shape == (200,)
+
+
+def test_cuda_reproducible() -> None:
+    data = well_separated_blobs(n=400, k=4, d=2, seed=3)
+    a = RBFKMeans(n_clusters=4, device="cuda", random_state=5).fit(data.X)
+    b = RBFKMeans(n_clusters=4, device="cuda", random_state=5).fit(data.X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-6)
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+def test_layer_on_cuda(assignment: str) -> None:
+    torch.manual_seed(0)
+    layer = RBFKMeansLayer(4, 3, assignment=assignment, sigma=2.0).cuda()
+    x = torch.randn(16, 3, device="cuda", requires_grad=True)
+    out = layer(x)
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out.sum(dim=1), torch.ones(16, device="cuda"))
+    out[:, 0].sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    cpu_layer = RBFKMeansLayer(4, 3, assignment=assignment, sigma=2.0)
+    cpu_layer.load_state_dict({k: v.cpu() for k, v in layer.state_dict().items()})
+    torch.testing.assert_close(
+        cpu_layer(x.detach().cpu()), out.detach().cpu(), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_cuda_half_input_is_handled() -> None:
+    data = well_separated_blobs(n=200, k=3, d=2, seed=4)
+    m = RBFKMeans(n_clusters=3, device="cuda", random_state=0).fit(data.X)
+    soft = m.soft_assign(data.X.astype(np.float16))
+    assert np.all(np.isfinite(soft.data))

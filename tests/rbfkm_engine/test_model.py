@@ -1,0 +1,609 @@
+"""RBFKMeans, the scikit-learn estimator: shapes, fixed points, corners, callbacks, validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse
+import torch
+from scipy.spatial.distance import cdist
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
+
+from rbfkm_engine import FitProgress, RBFKMeans
+
+from .conftest import Dataset, well_separated_blobs
+
+ASSIGNMENTS = ("hard", "softmax", "entmax15")
+HISTORY_KEYS = {"sigma", "objective", "inertia", "iterations", "mean_nnz"}
+
+
+def lloyd_step(
+    X: np.ndarray, centers: np.ndarray, sample_weight: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """One float64 Lloyd step: (labels of the nearest centre, new centres; empty ones kept)."""
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    labels = cdist(X, centers, "sqeuclidean").argmin(axis=1)
+    new = centers.copy()
+    for j in range(len(centers)):
+        members = labels == j
+        if w[members].sum() > 0:
+            new[j] = np.average(X[members], axis=0, weights=w[members])
+    return labels, new
+
+
+def inertia_of(
+    X: np.ndarray, centers: np.ndarray, sample_weight: np.ndarray | None = None
+) -> float:
+    d2 = cdist(np.asarray(X, np.float64), np.asarray(centers, np.float64), "sqeuclidean")
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    return float((w * d2.min(axis=1)).sum())
+
+
+def mean_variance(X: np.ndarray) -> float:
+    """Mean per-feature variance: the data scale that ``tol`` is relative to (as in sklearn)."""
+    return float(np.mean(np.var(np.asarray(X, np.float64), axis=0)))
+
+
+def model(**params: object) -> RBFKMeans:
+    params.setdefault("device", "cpu")
+    params.setdefault("random_state", 0)
+    return RBFKMeans(**params)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- shapes and dtypes
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_fitted_attributes_shapes_and_dtypes(assignment: str, blobs: Dataset) -> None:
+    X, k = blobs.X, blobs.k
+    m = model(n_clusters=k, assignment=assignment).fit(X)
+    assert m.cluster_centers_.shape == (k, X.shape[1])
+    assert isinstance(m.cluster_centers_, np.ndarray)
+    assert m.labels_.shape == (len(X),)
+    assert m.labels_.dtype == np.int64
+    assert set(np.unique(m.labels_)) <= set(range(k))
+    assert isinstance(m.inertia_, float)
+    assert isinstance(m.n_iter_, int)
+    assert m.n_features_in_ == X.shape[1]
+    assert isinstance(m.sigma_, float)
+    assert np.isfinite(m.sigma_) and m.sigma_ >= 0.0
+    assert m.stopped_early_ is False
+    assert np.all(np.isfinite(m.cluster_centers_))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_predict_transform_soft_assign_score(assignment: str, blobs: Dataset) -> None:
+    X, k = blobs.X, blobs.k
+    m = model(n_clusters=k, assignment=assignment).fit(X)
+    X_new = X[::3] + 0.01
+
+    labels = m.predict(X_new)
+    assert labels.dtype == np.int64 and labels.shape == (len(X_new),)
+    expected = cdist(X_new, m.cluster_centers_.astype(np.float64), "sqeuclidean").argmin(axis=1)
+    np.testing.assert_array_equal(labels, expected)
+
+    dist = m.transform(X_new)
+    assert isinstance(dist, np.ndarray) and dist.shape == (len(X_new), k)
+    np.testing.assert_allclose(
+        dist, cdist(X_new, m.cluster_centers_.astype(np.float64)), rtol=1e-4, atol=1e-4
+    )
+
+    soft = m.soft_assign(X_new)
+    assert scipy.sparse.issparse(soft) and soft.format == "csr"
+    assert soft.shape == (len(X_new), k)
+    dense = soft.toarray()
+    assert np.all(dense >= 0.0)
+    np.testing.assert_allclose(dense.sum(axis=1), 1.0, rtol=1e-5)
+
+    score = m.score(X_new)
+    assert isinstance(score, float)
+    np.testing.assert_allclose(score, -inertia_of(X_new, m.cluster_centers_), rtol=1e-4)
+
+
+def test_fit_predict_equals_labels(blobs: Dataset) -> None:
+    labels = model(n_clusters=blobs.k).fit_predict(blobs.X)
+    m = model(n_clusters=blobs.k).fit(blobs.X)
+    np.testing.assert_array_equal(labels, m.labels_)
+
+
+def test_score_on_training_data_is_minus_inertia(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k).fit(blobs.X)
+    np.testing.assert_allclose(m.score(blobs.X), -m.inertia_, rtol=1e-4)
+    np.testing.assert_allclose(m.inertia_, inertia_of(blobs.X, m.cluster_centers_), rtol=1e-4)
+
+
+def test_soft_assign_sigma_argument(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment="entmax15").fit(blobs.X)
+    hot = m.soft_assign(blobs.X, sigma=1e6)
+    cold = m.soft_assign(blobs.X, sigma=1e-6)
+    # Hot: nearly uniform, every entry in the support; cold: exactly one-hot.
+    assert hot.nnz == len(blobs.X) * blobs.k
+    assert cold.nnz == len(blobs.X)
+    np.testing.assert_array_equal(np.asarray(cold.argmax(axis=1)).ravel(), m.labels_)
+
+
+def test_float64_input_gives_float64_centers(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k).fit(blobs.X.astype(np.float64))
+    assert m.cluster_centers_.dtype == np.float64
+
+
+def test_dtype_float64_fits_in_float64(blobs: Dataset) -> None:
+    # dtype="float64" on float32 input: the fit runs in float64 (the centres are returned in
+    # the input's precision, as the estimator documents), so float32 and float64 fits differ
+    # only by the rounding of the input.
+    X32 = blobs.X.astype(np.float32)
+    init = X32[[0, 1, 2, 3]]
+    a = model(n_clusters=blobs.k, dtype="float64", init=init, tol=0.0, max_iter=20).fit(X32)
+    b = model(n_clusters=blobs.k, dtype="float64", init=init, tol=0.0, max_iter=20)
+    b.fit(X32.astype(np.float64))
+    assert b.cluster_centers_.dtype == np.float64
+    # Same float64 computation, then (for a) rounded to the input's float32.
+    np.testing.assert_array_equal(
+        a.cluster_centers_, b.cluster_centers_.astype(a.cluster_centers_.dtype)
+    )
+
+
+def test_float32_input_gives_float32_centers(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k).fit(blobs.X.astype(np.float32))
+    assert m.cluster_centers_.dtype == np.float32
+
+
+def test_accepts_torch_tensor_and_list(blobs: Dataset) -> None:
+    ref = model(n_clusters=blobs.k, dtype="float64").fit(blobs.X)
+    from_tensor = model(n_clusters=blobs.k, dtype="float64").fit(torch.from_numpy(blobs.X))
+    from_list = model(n_clusters=blobs.k, dtype="float64").fit(blobs.X.tolist())
+    np.testing.assert_allclose(from_tensor.cluster_centers_, ref.cluster_centers_, atol=1e-10)
+    np.testing.assert_allclose(from_list.cluster_centers_, ref.cluster_centers_, atol=1e-10)
+    np.testing.assert_array_equal(ref.predict(torch.from_numpy(blobs.X)), ref.labels_)
+
+
+# ---------------------------------------------------------------- fixed points on shape data
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_labels_equal_predict_and_lloyd_fixed_point(
+    assignment: str, shape_dataset: Dataset
+) -> None:
+    X = shape_dataset.X
+    k = max(shape_dataset.k, 3)
+    tol = 1e-4
+    m = model(n_clusters=k, assignment=assignment, tol=tol).fit(X)
+    np.testing.assert_array_equal(m.labels_, m.predict(X))
+    labels, new_centers = lloyd_step(X, m.cluster_centers_)
+    np.testing.assert_array_equal(labels, m.labels_)
+    # tol bounds the summed squared centre shift, relative to the mean variance.
+    shift = float(((new_centers - m.cluster_centers_.astype(np.float64)) ** 2).sum())
+    assert shift <= tol * mean_variance(X), f"one Lloyd step shifts the centres by {shift:.3g}"
+    assert m.n_iter_ <= m.max_iter
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_labels_equal_predict_far_from_the_origin(assignment: str) -> None:
+    # Coordinates with a large common offset: the GEMM form of the distances loses digits,
+    # and labels_ must still be what predict() says for the very same X (float64 here,
+    # fitted in the default float32).
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(1000, 4)) + 1000.0
+    m = model(n_clusters=8, assignment=assignment, max_iter=60).fit(X)
+    np.testing.assert_array_equal(m.labels_, m.predict(X))
+    np.testing.assert_allclose(m.score(X), -m.inertia_, rtol=1e-4)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_inertia_close_to_sklearn_on_separated_blobs(assignment: str) -> None:
+    data = well_separated_blobs(n=400, k=6, d=2, seed=1)
+    m = model(n_clusters=data.k, assignment=assignment).fit(data.X)
+    ref = KMeans(n_clusters=data.k, n_init=10, random_state=0).fit(data.X)
+    assert m.inertia_ <= 1.02 * ref.inertia_, (m.inertia_, ref.inertia_)
+    assert adjusted_rand_score(data.y, m.labels_) > 0.99
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+def test_annealing_finds_blobs_from_a_bad_start(assignment: str) -> None:
+    # Every initial centroid inside one blob: Lloyd alone stays stuck, annealing does not.
+    data = well_separated_blobs(n=400, k=4, d=2, seed=2)
+    first = data.X[data.y == 0][: data.k]
+    m = model(n_clusters=data.k, assignment=assignment, init=first).fit(data.X)
+    assert adjusted_rand_score(data.y, m.labels_) > 0.99
+
+
+@pytest.mark.slow
+def test_digits_quality_close_to_sklearn(digits: Dataset) -> None:
+    m = model(n_clusters=digits.k, assignment="entmax15").fit(digits.X)
+    ref = KMeans(n_clusters=digits.k, n_init=10, random_state=0).fit(digits.X)
+    assert m.inertia_ <= 1.03 * ref.inertia_, (m.inertia_, ref.inertia_)
+    np.testing.assert_array_equal(m.labels_, m.predict(digits.X))
+
+
+# -------------------------------------------------------------------------------- history
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+def test_history_records(assignment: str, blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment=assignment).fit(blobs.X)
+    assert isinstance(m.history_, list) and len(m.history_) >= 2
+    for record in m.history_:
+        assert set(record) >= HISTORY_KEYS, set(record)
+        assert np.isfinite(record["objective"]) and np.isfinite(record["inertia"])
+        assert record["inertia"] >= 0.0
+        assert isinstance(record["iterations"], int) and record["iterations"] >= 0
+        assert 1.0 <= record["mean_nnz"] <= blobs.k
+    sigmas = [record["sigma"] for record in m.history_]
+    assert all(b < a for a, b in itertools.pairwise(sigmas)), sigmas
+    assert sum(record["iterations"] for record in m.history_) <= m.n_iter_
+    assert m.n_iter_ <= m.max_iter
+
+
+def test_entmax_history_support_shrinks(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment="entmax15").fit(blobs.X)
+    nnz = [r["mean_nnz"] for r in m.history_]
+    # Hot: every centroid in the support; cold: one.
+    assert nnz[0] > nnz[-1]
+    assert nnz[-1] == pytest.approx(1.0)
+
+
+def test_auto_sigma0_starts_above_critical_temperature(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment="softmax").fit(blobs.X)
+    lam = np.linalg.eigvalsh(np.cov(blobs.X.T, bias=True)).max()
+    assert m.history_[0]["sigma"] >= 2.0 * lam * 0.999
+
+
+def test_max_iter_bounds_total_iterations(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment="softmax", max_iter=7).fit(blobs.X)
+    assert m.n_iter_ <= 7
+    assert np.all(np.isfinite(m.cluster_centers_))
+    np.testing.assert_array_equal(m.labels_, m.predict(blobs.X))
+
+
+def test_explicit_sigma0_and_sigma_min(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment="softmax", sigma0=50.0, sigma_min=0.5, cooling=0.5)
+    m.fit(blobs.X)
+    sigmas = [r["sigma"] for r in m.history_ if r["sigma"] > 0]
+    assert sigmas[0] == pytest.approx(50.0)
+    assert min(sigmas) >= 0.5 * 0.5 * 0.999
+    assert m.sigma_ == pytest.approx(min(sigmas))
+    ratios = np.array(sigmas[1:]) / np.array(sigmas[:-1])
+    np.testing.assert_allclose(ratios[:-1], 0.5, rtol=1e-6)
+
+
+# ------------------------------------------------------------------- reproducibility, weights
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_reproducible_with_random_state(assignment: str, moons: Dataset) -> None:
+    a = model(n_clusters=5, assignment=assignment, random_state=7).fit(moons.X)
+    b = model(n_clusters=5, assignment=assignment, random_state=7).fit(moons.X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.n_iter_ == b.n_iter_
+
+
+def test_random_state_changes_init(moons: Dataset) -> None:
+    centers = {
+        model(n_clusters=6, assignment="hard", random_state=s, max_iter=1)
+        .fit(moons.X)
+        .cluster_centers_.tobytes()
+        for s in range(4)
+    }
+    assert len(centers) > 1
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_integer_sample_weight_equals_repeated_points(assignment: str) -> None:
+    rng = np.random.default_rng(3)
+    data = well_separated_blobs(n=120, k=3, d=2, seed=3)
+    X = data.X + rng.normal(0.0, 1.5, data.X.shape)  # overlapping: the weights matter
+    w = rng.integers(1, 4, len(X))
+    init = X[[0, 40, 80]]
+    params = dict(n_clusters=3, assignment=assignment, init=init, dtype="float64", tol=1e-8)
+    weighted = model(**params).fit(X, sample_weight=w)
+    repeated = model(**params).fit(np.repeat(X, w, axis=0))
+    np.testing.assert_allclose(weighted.cluster_centers_, repeated.cluster_centers_, atol=1e-6)
+    np.testing.assert_allclose(weighted.inertia_, repeated.inertia_, rtol=1e-6)
+    np.testing.assert_allclose(weighted.sigma_, repeated.sigma_, rtol=1e-6)
+
+
+def test_zero_weight_points_do_not_pull_centroids() -> None:
+    data = well_separated_blobs(n=90, k=3, d=2, seed=4)
+    outliers = np.full((5, 2), 1e3)
+    X = np.vstack([data.X, outliers])
+    w = np.r_[np.ones(len(data.X)), np.zeros(len(outliers))]
+    m = model(n_clusters=3, assignment="entmax15", dtype="float64").fit(X, sample_weight=w)
+    assert np.abs(m.cluster_centers_).max() < 20.0
+    np.testing.assert_allclose(m.inertia_, inertia_of(data.X, m.cluster_centers_), rtol=1e-6)
+
+
+def test_sample_weight_validation(blobs: Dataset) -> None:
+    with pytest.raises(ValueError, match="sample_weight"):
+        model(n_clusters=3).fit(blobs.X, sample_weight=np.ones(len(blobs.X) + 1))
+    with pytest.raises(ValueError, match="sample_weight"):
+        model(n_clusters=3).fit(blobs.X, sample_weight=-np.ones(len(blobs.X)))
+
+
+# ------------------------------------------------------------------------------- corner cases
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_k_equals_n(assignment: str) -> None:
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0], [-3.0, 2.0]])
+    m = model(n_clusters=len(X), assignment=assignment).fit(X)
+    assert len(np.unique(m.labels_)) == len(X)
+    assert m.inertia_ == pytest.approx(0.0, abs=1e-6)
+
+
+def test_k_greater_than_n_raises() -> None:
+    X = np.random.default_rng(0).normal(size=(4, 2))
+    with pytest.raises(ValueError, match=r"n_clusters|n_samples"):
+        model(n_clusters=5).fit(X)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_duplicate_points(assignment: str) -> None:
+    base = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+    X = np.repeat(base, 20, axis=0)
+    m = model(n_clusters=3, assignment=assignment).fit(X)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    assert m.inertia_ == pytest.approx(0.0, abs=1e-6)
+    assert len(np.unique(m.labels_)) == 3
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_fewer_distinct_points_than_clusters(assignment: str) -> None:
+    X = np.repeat(np.array([[0.0, 0.0], [4.0, 0.0]]), 10, axis=0)
+    m = model(n_clusters=4, assignment=assignment).fit(X)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    assert m.inertia_ == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_one_dimensional_data(assignment: str) -> None:
+    rng = np.random.default_rng(5)
+    X = np.concatenate([rng.normal(-10, 0.3, 50), rng.normal(0, 0.3, 50), rng.normal(10, 0.3, 50)])
+    X = X[:, None]
+    m = model(n_clusters=3, assignment=assignment).fit(X)
+    assert m.cluster_centers_.shape == (3, 1)
+    np.testing.assert_allclose(np.sort(m.cluster_centers_.ravel()), [-10, 0, 10], atol=0.3)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_constant_data(assignment: str) -> None:
+    X = np.full((30, 3), 2.5)
+    m = model(n_clusters=3, assignment=assignment).fit(X)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    np.testing.assert_allclose(m.cluster_centers_, 2.5, atol=1e-6)
+    assert m.inertia_ == pytest.approx(0.0, abs=1e-8)
+    assert np.isfinite(m.sigma_)
+    soft = m.soft_assign(X)
+    assert np.all(np.isfinite(soft.data))
+    np.testing.assert_allclose(soft.toarray().sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_inf_raise(bad: float, blobs: Dataset) -> None:
+    X = blobs.X.copy()
+    X[3, 1] = bad
+    with pytest.raises(ValueError):
+        model(n_clusters=3).fit(X)
+    m = model(n_clusters=3).fit(blobs.X)
+    with pytest.raises(ValueError):
+        m.predict(X)
+
+
+def test_wrong_shapes_raise(blobs: Dataset) -> None:
+    with pytest.raises(ValueError):
+        model(n_clusters=3).fit(blobs.X[:, 0])
+    m = model(n_clusters=3).fit(blobs.X)
+    with pytest.raises(ValueError, match="feature"):
+        m.predict(np.ones((4, blobs.X.shape[1] + 1)))
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+def test_tiny_sigma_min_no_nan(assignment: str, dtype: str, blobs: Dataset) -> None:
+    m = model(
+        n_clusters=blobs.k, assignment=assignment, dtype=dtype, sigma_min=1e-30, cooling=0.1
+    ).fit(blobs.X)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    assert all(np.isfinite(r["objective"]) for r in m.history_)
+    soft = m.soft_assign(blobs.X, sigma=1e-30)
+    assert np.all(np.isfinite(soft.data))
+    np.testing.assert_allclose(soft.toarray().sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_huge_coordinates_no_nan() -> None:
+    data = well_separated_blobs(n=120, k=3, d=2, seed=6)
+    X = data.X * 1e15
+    m = model(n_clusters=3, assignment="entmax15").fit(X)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    assert adjusted_rand_score(data.y, m.labels_) > 0.99
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_empty_cluster_is_reseeded(assignment: str, blobs: Dataset) -> None:
+    X, k = blobs.X, blobs.k
+    init = X[[0, 1, 2, 3]].copy()
+    init[-1] = [1e4, 1e4]  # far from all data: no point ever picks it
+    m = model(n_clusters=k, assignment=assignment, init=init).fit(X)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    counts = np.bincount(m.labels_, minlength=k)
+    assert np.all(counts > 0), counts
+    assert np.abs(m.cluster_centers_).max() < 100.0
+
+
+# ----------------------------------------------------------------------------------- callback
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_callback_receives_progress(assignment: str, blobs: Dataset) -> None:
+    seen: list[FitProgress] = []
+    m = model(n_clusters=blobs.k, assignment=assignment)
+    m.fit(blobs.X, callback=seen.append)
+    assert seen, "callback never called"
+    assert all(isinstance(p, FitProgress) for p in seen)
+    assert dataclasses.is_dataclass(seen[0])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen[0].iteration = 99  # type: ignore[misc]
+    iterations = [p.iteration for p in seen]
+    assert all(b > a for a, b in itertools.pairwise(iterations)), iterations
+    assert iterations[-1] == m.n_iter_
+    assert len(seen) == m.n_iter_
+    for p in seen:
+        assert p.phase in ("anneal", "lloyd")
+        assert 0.0 <= p.fraction <= 1.0
+        assert np.isfinite(p.objective)
+        assert isinstance(p.sigma, float)
+        if p.phase == "lloyd":
+            assert p.sigma == 0.0
+        else:
+            assert p.sigma > 0.0
+    fractions = [p.fraction for p in seen]
+    assert all(b >= a for a, b in itertools.pairwise(fractions))
+    phases = [p.phase for p in seen]
+    if assignment == "hard":
+        assert set(phases) == {"lloyd"}
+    else:
+        assert phases[0] == "anneal"
+        # Once in the final Lloyd phase the fit never goes back to annealing.
+        if "lloyd" in phases:
+            assert "anneal" not in phases[phases.index("lloyd") :]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_callback_returning_true_stops_early(assignment: str, moons: Dataset) -> None:
+    full = model(n_clusters=6, assignment=assignment, tol=1e-8).fit(moons.X)
+    assert full.n_iter_ > 3
+    calls: list[int] = []
+
+    def stop_after_three(progress: FitProgress) -> bool:
+        calls.append(progress.iteration)
+        return len(calls) >= 3
+
+    m = model(n_clusters=6, assignment=assignment, tol=1e-8)
+    m.fit(moons.X, callback=stop_after_three)
+    assert m.stopped_early_ is True
+    assert len(calls) == 3
+    assert m.n_iter_ == 3 < full.n_iter_
+    # Still a usable, fitted model.
+    assert m.cluster_centers_.shape == (6, 2)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    assert m.predict(moons.X).shape == (len(moons.X),)
+    # A later fit without a callback is not marked stopped.
+    assert m.fit(moons.X).stopped_early_ is False
+
+
+def test_callback_returning_none_or_false_continues(blobs: Dataset) -> None:
+    a = model(n_clusters=blobs.k).fit(blobs.X, callback=lambda p: None)
+    b = model(n_clusters=blobs.k).fit(blobs.X, callback=lambda p: False)
+    c = model(n_clusters=blobs.k).fit(blobs.X)
+    assert a.n_iter_ == b.n_iter_ == c.n_iter_
+    assert not a.stopped_early_ and not b.stopped_early_
+
+
+# ----------------------------------------------------------------------- parameter validation
+
+
+@pytest.mark.parametrize(
+    ("params", "name"),
+    [
+        ({"cooling": 0.0}, "cooling"),
+        ({"cooling": 1.0}, "cooling"),
+        ({"cooling": 1.5}, "cooling"),
+        ({"cooling": -0.2}, "cooling"),
+        ({"assignment": "sparsemax"}, "assignment"),
+        ({"device": "tpu"}, "device"),
+        ({"dtype": "float16"}, "dtype"),
+        ({"n_clusters": 0}, "n_clusters"),
+        ({"max_iter": 0}, "max_iter"),
+        ({"tol": -1.0}, "tol"),
+        ({"init": "best"}, "init"),
+        ({"n_init": 0}, "n_init"),
+        ({"sigma0": -1.0}, "sigma0"),
+        ({"sigma_min": -1.0}, "sigma_min"),
+        ({"sigma0": "hot"}, "sigma0"),
+        ({"chunk_size": 0}, "chunk_size"),
+    ],
+)
+def test_bad_parameters_raise_naming_the_parameter(
+    params: dict[str, object], name: str, blobs: Dataset
+) -> None:
+    params = {"n_clusters": 3, **params}
+    with pytest.raises((ValueError, TypeError), match=name):
+        model(**params).fit(blobs.X)
+
+
+def test_init_array_validation(blobs: Dataset) -> None:
+    with pytest.raises(ValueError, match="init"):
+        model(n_clusters=3, init=np.zeros((2, 2))).fit(blobs.X)
+    with pytest.raises(ValueError, match="init"):
+        model(n_clusters=3, init=np.zeros((3, 5))).fit(blobs.X)
+    bad = np.zeros((3, 2))
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError):
+        model(n_clusters=3, init=bad).fit(blobs.X)
+
+
+def test_init_array_is_used(blobs: Dataset) -> None:
+    init = blobs.X[[0, 1, 2, 3]]
+    m = model(n_clusters=4, assignment="hard", init=init, max_iter=1).fit(blobs.X)
+    _, expected = lloyd_step(blobs.X, init)
+    np.testing.assert_allclose(m.cluster_centers_, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_n_init_keeps_the_best() -> None:
+    data = well_separated_blobs(n=400, k=8, d=2, seed=8)
+    singles = [
+        model(n_clusters=8, assignment="hard", init="random", random_state=s).fit(data.X)
+        for s in range(5)
+    ]
+    # Precondition: single random starts do get stuck on this data.
+    assert min(adjusted_rand_score(data.y, m.labels_) for m in singles) < 0.99
+    best = model(n_clusters=8, assignment="hard", init="random", n_init=10).fit(data.X)
+    ref = KMeans(n_clusters=8, n_init=10, random_state=0).fit(data.X)
+    assert best.inertia_ <= 1.001 * ref.inertia_
+    np.testing.assert_array_equal(best.labels_, best.predict(data.X))
+
+
+def test_predict_before_fit_raises(blobs: Dataset) -> None:
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        RBFKMeans(n_clusters=3, device="cpu").predict(blobs.X)
+
+
+# -------------------------------------------------------------------------------- from_centers
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_from_centers_round_trip(assignment: str, blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment=assignment).fit(blobs.X)
+    sigma = m.sigma_ if m.sigma_ > 0 else 1.0
+    twin = RBFKMeans.from_centers(
+        m.cluster_centers_, assignment=assignment, sigma=sigma, device="cpu"
+    )
+    np.testing.assert_array_equal(twin.predict(blobs.X), m.predict(blobs.X))
+    np.testing.assert_allclose(twin.transform(blobs.X), m.transform(blobs.X), rtol=1e-6)
+    np.testing.assert_allclose(
+        twin.soft_assign(blobs.X).toarray(),
+        m.soft_assign(blobs.X, sigma=sigma).toarray(),
+        atol=1e-6,
+    )
+    assert twin.n_features_in_ == blobs.X.shape[1]
+    assert twin.cluster_centers_.dtype == m.cluster_centers_.dtype
+    np.testing.assert_allclose(twin.score(blobs.X), m.score(blobs.X), rtol=1e-6)
+
+
+def test_from_centers_dtype_and_validation() -> None:
+    centers = np.array([[0.0, 0.0], [1.0, 1.0]])
+    twin = RBFKMeans.from_centers(centers, sigma=0.5, device="cpu", dtype="float32")
+    assert twin.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(twin.predict(np.array([[0.1, 0.0], [0.9, 1.2]])), [0, 1])
+    with pytest.raises(ValueError):
+        RBFKMeans.from_centers(np.array([0.0, 1.0]), sigma=0.5, device="cpu")
+    with pytest.raises(ValueError):
+        RBFKMeans.from_centers(np.array([[np.nan, 0.0]]), sigma=0.5, device="cpu")

@@ -1,0 +1,203 @@
+"""RBFKMeansLayer: shapes, the simplex, gradients (gradcheck in float64), training, state."""
+
+from __future__ import annotations
+
+import entmax
+import pytest
+import torch
+from torch.func import functional_call
+
+from rbfkm_engine import RBFKMeansLayer
+
+MAPS = ("softmax", "entmax15")
+
+
+def layer_inputs(n: int = 6, d: int = 3, k: int = 4, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=gen, dtype=torch.float64)
+
+
+def squared_distances(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    return ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)
+
+
+def centroid_parameter(layer: torch.nn.Module, k: int, d: int) -> torch.nn.Parameter:
+    found = [p for p in layer.parameters() if p.shape == (k, d)]
+    assert len(found) == 1, [tuple(p.shape) for p in layer.parameters()]
+    return found[0]
+
+
+@pytest.mark.parametrize("assignment", (*MAPS, "hard"))
+def test_forward_shape_and_simplex(assignment: str) -> None:
+    torch.manual_seed(0)
+    layer = RBFKMeansLayer(5, 3, assignment=assignment, sigma=1.0)
+    x = torch.randn(11, 3)
+    out = layer(x)
+    assert out.shape == (11, 5)
+    assert out.dtype == x.dtype
+    assert torch.all(out >= 0)
+    torch.testing.assert_close(out.sum(dim=1), torch.ones(11))
+    if assignment == "hard":
+        assert torch.all((out == 0) | (out == 1))
+
+
+def test_layer_is_a_module_with_centroids() -> None:
+    layer = RBFKMeansLayer(4, 2)
+    assert isinstance(layer, torch.nn.Module)
+    c = centroid_parameter(layer, 4, 2)
+    assert c.requires_grad
+    # sigma is fixed by default: it is not a trainable parameter.
+    assert sum(p.numel() for p in layer.parameters() if p.requires_grad) == 8
+
+
+def test_learnable_sigma_adds_one_parameter() -> None:
+    layer = RBFKMeansLayer(4, 2, learnable_sigma=True)
+    assert sum(p.numel() for p in layer.parameters() if p.requires_grad) == 9
+
+
+@pytest.mark.parametrize("assignment", MAPS)
+def test_forward_matches_reference_map(assignment: str) -> None:
+    torch.manual_seed(1)
+    sigma = 0.7
+    layer = RBFKMeansLayer(4, 3, assignment=assignment, sigma=sigma).double()
+    x = layer_inputs()
+    c = centroid_parameter(layer, 4, 3).detach()
+    z = -squared_distances(x, c) / sigma
+    ref = torch.softmax(z, dim=1) if assignment == "softmax" else entmax.entmax_bisect(z, 1.5)
+    torch.testing.assert_close(layer(x), ref, atol=1e-6, rtol=1e-6)
+
+
+def _entmax_support_is_stable(z: torch.Tensor, margin: float = 1e-3) -> bool:
+    """True when no score sits within margin of entmax15's threshold (so gradcheck is smooth)."""
+    p = entmax.entmax_bisect(z, 1.5)
+    tau = (z / 2 - p.sqrt()).masked_fill(p == 0, float("nan")).nanmean(dim=1, keepdim=True)
+    gap = (z / 2 - tau).abs()
+    return bool((gap > margin).all())
+
+
+@pytest.mark.parametrize("assignment", MAPS)
+@pytest.mark.parametrize("sigma", (0.5, 5.0))
+def test_gradcheck_x_centroids_sigma(assignment: str, sigma: float) -> None:
+    k, d = 4, 3
+    torch.manual_seed(2)
+    layer = RBFKMeansLayer(k, d, assignment=assignment, sigma=sigma, learnable_sigma=True).double()
+    x = layer_inputs(n=5, d=d, seed=3).requires_grad_(True)
+    if assignment == "entmax15":
+        c = centroid_parameter(layer, k, d).detach()
+        z = -squared_distances(x.detach(), c) / sigma
+        assert _entmax_support_is_stable(z), "test points sit on a support boundary"
+    names = [name for name, p in layer.named_parameters() if p.requires_grad]
+    assert len(names) == 2
+    params = tuple(
+        p.detach().clone().requires_grad_(True)
+        for name, p in layer.named_parameters()
+        if name in names
+    )
+
+    def forward(x_: torch.Tensor, *ps: torch.Tensor) -> torch.Tensor:
+        return functional_call(layer, dict(zip(names, ps, strict=True)), (x_,))
+
+    assert torch.autograd.gradcheck(forward, (x, *params), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("assignment", MAPS)
+def test_sigma_gradient_is_nonzero(assignment: str) -> None:
+    torch.manual_seed(4)
+    layer = RBFKMeansLayer(3, 2, assignment=assignment, sigma=2.0, learnable_sigma=True).double()
+    x = layer_inputs(n=8, d=2, seed=5)
+    target = torch.zeros(8, 3, dtype=torch.float64)
+    target[:, 0] = 1.0
+    ((layer(x) - target) ** 2).sum().backward()
+    sigma_grads = [p.grad for p in layer.parameters() if p.numel() == 1]
+    assert len(sigma_grads) == 1
+    assert sigma_grads[0] is not None and sigma_grads[0].abs().item() > 0
+
+
+@pytest.mark.parametrize("assignment", MAPS)
+def test_gradients_through_entmax_zeros_are_finite(assignment: str) -> None:
+    torch.manual_seed(6)
+    layer = RBFKMeansLayer(6, 2, assignment=assignment, sigma=1e-3)
+    x = (torch.randn(20, 2) * 5).requires_grad_(True)
+    out = layer(x)
+    assert torch.isfinite(out).all()
+    out.pow(2).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("assignment", MAPS)
+def test_half_precision_input(assignment: str) -> None:
+    torch.manual_seed(7)
+    layer = RBFKMeansLayer(4, 3, assignment=assignment, sigma=0.5)
+    x = torch.randn(9, 3)
+    out = layer.half()(x.half())
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float().sum(dim=1), torch.ones(9), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("assignment", MAPS)
+def test_training_loop_decreases_loss(assignment: str) -> None:
+    # Two labelled blobs, a layer with two centroids started away from them: training
+    # the centroids (and sigma) to match the labels must lower the loss a lot.
+    gen = torch.Generator().manual_seed(8)
+    a = torch.randn(40, 2, generator=gen) * 0.3 + torch.tensor([3.0, 0.0])
+    b = torch.randn(40, 2, generator=gen) * 0.3 + torch.tensor([-3.0, 0.0])
+    x = torch.cat([a, b])
+    target = torch.zeros(80, 2)
+    target[:40, 0] = 1.0
+    target[40:, 1] = 1.0
+    torch.manual_seed(9)
+    layer = RBFKMeansLayer(2, 2, assignment=assignment, sigma=4.0, learnable_sigma=True)
+    with torch.no_grad():
+        centroid_parameter(layer, 2, 2).copy_(torch.tensor([[0.0, 1.0], [0.0, -1.0]]))
+    opt = torch.optim.Adam(layer.parameters(), lr=0.1)
+    losses = []
+    for _ in range(150):
+        opt.zero_grad()
+        loss = ((layer(x) - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.2 * losses[0], (losses[0], losses[-1])
+    c = centroid_parameter(layer, 2, 2).detach()
+    assert c[0, 0] > 1.0 and c[1, 0] < -1.0
+
+
+@pytest.mark.parametrize("assignment", MAPS)
+def test_state_dict_round_trip(assignment: str) -> None:
+    torch.manual_seed(10)
+    layer = RBFKMeansLayer(5, 3, assignment=assignment, sigma=0.8, learnable_sigma=True)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.1)
+    twin = RBFKMeansLayer(5, 3, assignment=assignment, sigma=3.0, learnable_sigma=True)
+    twin.load_state_dict(layer.state_dict())
+    x = torch.randn(7, 3)
+    torch.testing.assert_close(twin(x), layer(x))
+
+
+def test_fixed_sigma_is_in_state_dict() -> None:
+    layer = RBFKMeansLayer(3, 2, assignment="softmax", sigma=0.25)
+    twin = RBFKMeansLayer(3, 2, assignment="softmax", sigma=4.0)
+    twin.load_state_dict(layer.state_dict())
+    x = torch.randn(5, 2)
+    torch.testing.assert_close(twin(x), layer(x))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"assignment": "sparsemax"}, "assignment"),
+        ({"sigma": 0.0}, "sigma"),
+        ({"sigma": -1.0}, "sigma"),
+    ],
+)
+def test_layer_parameter_validation(kwargs: dict[str, object], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        RBFKMeansLayer(3, 2, **kwargs)  # type: ignore[arg-type]
+
+
+def test_wrong_feature_count_raises() -> None:
+    layer = RBFKMeansLayer(3, 2)
+    with pytest.raises((ValueError, RuntimeError)):
+        layer(torch.randn(4, 5))
