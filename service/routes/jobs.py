@@ -355,6 +355,6 @@ async def predict(
 
     def work() -> dict[str, Any]:
         with parsed_upload(upload, media) as x:
-            return _predict(results.model(job_id), np.asarray(x))
+            return _predict(results.model(job_id), np.array(x))  # writable, for torch
 
     return JSONResponse(await run_in_threadpool(work))
