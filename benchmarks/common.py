@@ -251,6 +251,50 @@ def best_time(fn: Callable[[], Any], repeats: int, device: str = "cpu") -> float
     return min(timed(fn, device)[0] for _ in range(max(1, repeats)))
 
 
+def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict[str, Any]:
+    """GFLOP/s of a plain ``torch.matmul`` (n x d @ d x k) and of the engine's distance step.
+
+    The engine's step is what its fit does per iteration: ``squared_distances`` over the
+    row chunks its memory budget gives (``chunk_size_for``), with ||x||^2 precomputed.
+    """
+    import torch
+
+    X = torch.as_tensor(X).to(device)
+    C = torch.as_tensor(C).to(device=device, dtype=X.dtype)
+    n, d = X.shape
+    k = C.shape[0]
+    CT = C.T.contiguous()
+    torch.matmul(X, CT)  # warm-up
+    t_mm = best_time(lambda: torch.matmul(X, CT), repeats, device)
+    out: dict[str, Any] = {
+        "matmul_s": t_mm,
+        "matmul_gflops": distance_gflops(n, d, k, t_mm),
+        "engine_s": None,
+        "engine_gflops": None,
+    }
+    try:
+        from rbfkm_engine import distances as dist
+    except ImportError:
+        return out
+    chunk = dist.chunk_size_for(k, d, X.element_size())
+    x_sq = dist.squared_norms(X)
+
+    def engine_step() -> None:
+        c_sq = dist.squared_norms(C)
+        for rows in dist.iter_chunks(n, chunk):
+            dist.squared_distances(X[rows], C, x_sq[rows], c_sq)
+
+    engine_step()
+    t_en = best_time(engine_step, repeats, device)
+    out.update(
+        engine_s=t_en,
+        engine_gflops=distance_gflops(n, d, k, t_en),
+        chunk_rows=chunk,
+        fraction=(t_mm / t_en) if t_en > 0 else None,
+    )
+    return out
+
+
 # --------------------------------------------------------------------------- memory
 
 
@@ -389,27 +433,35 @@ def _run_sklearn(n_init: int) -> Callable[[Any, int, RunSpec], RunOutput]:
     return run
 
 
-def _run_faiss(X: Any, k: int, spec: RunSpec) -> RunOutput:
-    import faiss
+def faiss_runner(gpu: bool = False) -> Callable[[Any, int, RunSpec], RunOutput]:
+    """faiss k-means (on the GPU with ``gpu=True``), trained on every point."""
 
-    Xn = np.ascontiguousarray(_to_numpy(X), dtype=np.float32)
-    n, d = Xn.shape
-    common = {
-        # faiss subsamples to 256 points per centroid by default: train on all of X instead.
-        "max_points_per_centroid": n // k + 1,
-        "min_points_per_centroid": 1,
-        "seed": spec.seed + 1,
-        "verbose": False,
-    }
-    if spec.mode == "speed":
-        km = faiss.Kmeans(d, k, niter=spec.n_iter, **common)
-        km.train(Xn, init_centroids=np.ascontiguousarray(spec.init, dtype=np.float32))
-        n_iter = spec.n_iter
-    else:
-        km = faiss.Kmeans(d, k, **common)  # its default niter (25)
-        km.train(Xn)
-        n_iter = int(km.cp.niter)
-    return RunOutput(np.array(km.centroids).reshape(k, d), n_iter)
+    def run(X: Any, k: int, spec: RunSpec) -> RunOutput:
+        import faiss
+
+        Xn = np.ascontiguousarray(_to_numpy(X), dtype=np.float32)
+        n, d = Xn.shape
+        kw: dict[str, Any] = {
+            # faiss subsamples to 256 points per centroid by default: train on all of X.
+            "max_points_per_centroid": n // k + 1,
+            "min_points_per_centroid": 1,
+            "seed": spec.seed + 1,
+            "verbose": False,
+        }
+        if gpu:
+            kw["gpu"] = True
+        if spec.mode == "speed":
+            km = faiss.Kmeans(d, k, niter=spec.n_iter, **kw)
+            init = np.ascontiguousarray(_to_numpy(spec.init), dtype=np.float32)
+            km.train(Xn, init_centroids=init)
+            n_iter = spec.n_iter
+        else:
+            km = faiss.Kmeans(d, k, **kw)  # its default niter (25)
+            km.train(Xn)
+            n_iter = int(km.cp.niter)
+        return RunOutput(np.array(km.centroids).reshape(k, d), n_iter)
+
+    return run
 
 
 def _run_fpk(X: Any, k: int, spec: RunSpec) -> RunOutput:
@@ -451,7 +503,7 @@ RUNNERS: dict[str, Callable[[Any, int, RunSpec], RunOutput]] = {
         "rbfkm-entmax15": _run_rbfkm("entmax15"),
         "sklearn-n1": _run_sklearn(1),
         "sklearn-n10": _run_sklearn(10),
-        "faiss": _run_faiss,
+        "faiss": faiss_runner(),
         "fpk": _run_fpk,
     }.items()
 }

@@ -155,42 +155,7 @@ def speed_part(common: Any, ds: Any, methods: list[str], C0: Any, args: argparse
 
 def distance_part(common: Any, ds: Any, C0: Any, repeats: int) -> dict[str, Any]:
     """GFLOP/s of plain torch.matmul (n x d @ d x k) and of the engine's chunked distances."""
-    import torch
-
-    n, d, k = ds.shape
-    X = torch.from_numpy(ds.X)
-    C = torch.from_numpy(C0)
-    reps = max(3, repeats)
-    CT = C.T.contiguous()
-    torch.matmul(X, CT)  # warm-up
-    t_mm = common.best_time(lambda: torch.matmul(X, CT), reps)
-    out: dict[str, Any] = {
-        "matmul_s": t_mm,
-        "matmul_gflops": common.distance_gflops(n, d, k, t_mm),
-        "engine_s": None,
-        "engine_gflops": None,
-    }
-    try:
-        from rbfkm_engine import distances as dist
-    except ImportError:
-        return out
-    chunk = dist.chunk_size_for(k, d, X.element_size())
-    x_sq = dist.squared_norms(X)
-
-    def engine_step() -> None:
-        c_sq = dist.squared_norms(C)
-        for rows in dist.iter_chunks(n, chunk):
-            dist.squared_distances(X[rows], C, x_sq[rows], c_sq)
-
-    engine_step()
-    t_en = common.best_time(engine_step, reps)
-    out.update(
-        engine_s=t_en,
-        engine_gflops=common.distance_gflops(n, d, k, t_en),
-        chunk_rows=chunk,
-        fraction=(t_mm / t_en) if t_en > 0 else None,
-    )
-    return out
+    return common.distance_step(ds.X, C0, max(3, repeats))
 
 
 def memory_part(

@@ -66,66 +66,6 @@ def faiss_gpu_available() -> bool:
         return False
 
 
-def run_faiss_gpu(X: Any, k: int, spec: Any) -> Any:
-    """faiss k-means on GPU (the same settings as the CPU runner, gpu=True)."""
-    import faiss
-    import numpy as np
-    from common import RunOutput, _to_numpy
-
-    Xn = np.ascontiguousarray(_to_numpy(X), dtype=np.float32)
-    n, d = Xn.shape
-    kw = {
-        "max_points_per_centroid": n // k + 1,
-        "min_points_per_centroid": 1,
-        "gpu": True,
-        "seed": spec.seed + 1,
-        "verbose": False,
-    }
-    if spec.mode == "speed":
-        km = faiss.Kmeans(d, k, niter=spec.n_iter, **kw)
-        km.train(Xn, init_centroids=np.ascontiguousarray(_to_numpy(spec.init), dtype=np.float32))
-        return RunOutput(np.array(km.centroids).reshape(k, d), spec.n_iter)
-    km = faiss.Kmeans(d, k, **kw)
-    km.train(Xn)
-    return RunOutput(np.array(km.centroids).reshape(k, d), int(km.cp.niter))
-
-
-def gpu_time(fn: Any, device: str) -> tuple[float, Any]:
-    """Wall seconds of fn() between two synchronisations, and its result."""
-    from common import timed
-
-    return timed(fn, device)
-
-
-def distance_step(common: Any, X: Any, C: Any, reps: int, device: str) -> dict[str, Any]:
-    """GFLOP/s of torch.matmul (n x d @ d x k) and of the engine's chunked squared distances."""
-    import torch
-
-    n, d = X.shape
-    k = C.shape[0]
-    CT = C.T.contiguous()
-    torch.matmul(X, CT)
-    t_mm = min(gpu_time(lambda: torch.matmul(X, CT), device)[0] for _ in range(reps))
-    out: dict[str, Any] = {"matmul_gflops": common.distance_gflops(n, d, k, t_mm)}
-    try:
-        from rbfkm_engine import distances as dist
-    except ImportError:
-        return out
-    chunk = dist.chunk_size_for(k, d, X.element_size())
-    x_sq = dist.squared_norms(X)
-
-    def engine_step() -> None:
-        c_sq = dist.squared_norms(C)
-        for rows in dist.iter_chunks(n, chunk):
-            dist.squared_distances(X[rows], C, x_sq[rows], c_sq)
-
-    engine_step()
-    t_en = min(gpu_time(engine_step, device)[0] for _ in range(reps))
-    out.update(engine_gflops=common.distance_gflops(n, d, k, t_en), chunk_rows=chunk)
-    out["fraction"] = out["engine_gflops"] / out["matmul_gflops"]
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CUDA comparison; print tables; optionally write JSON."""
     args = parse_args(argv)
@@ -148,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     runners = {m: common.RUNNERS[m] for m in GPU_METHODS if m in common.RUNNERS}
     if faiss_gpu_available():
-        runners["faiss-gpu"] = run_faiss_gpu
+        runners["faiss-gpu"] = common.faiss_runner(gpu=True)
     available = {m: r for m, r in runners.items() if m == "faiss-gpu" or common.method_available(m)}
     cuda = args.device.startswith("cuda")
     gpu_name = torch.cuda.get_device_properties(args.device).name if cuda else "cpu (dry run)"
@@ -209,7 +149,7 @@ def bench_dataset(
     rng = np.random.default_rng(0)
     C0 = X[torch.from_numpy(rng.choice(n, k, replace=False)).to(device)].clone()
     res: dict[str, Any] = {"shape": [n, d, k], "speed": {}, "quality": {}}
-    res["distance"] = distance_step(common, X, C0, max(3, args.repeats), device)
+    res["distance"] = common.distance_step(X, C0, max(3, args.repeats), device)
     spec = common.RunSpec(mode="speed", n_iter=args.iters, seed=0, init=C0, device=device)
     for m, run in available.items():
         try:
@@ -221,7 +161,7 @@ def bench_dataset(
                 torch.cuda.reset_peak_memory_stats()
             walls, out = [], None
             for _ in range(args.repeats):
-                wall, out = gpu_time(lambda run=run: run(X, k, spec), device)
+                wall, out = common.timed(lambda run=run: run(X, k, spec), device)
                 walls.append(wall)
             peak = torch.cuda.max_memory_allocated() - base if cuda else math.nan
             ev = common.evaluate_centroids(X, out.centroids, ds.y, device=device)
@@ -251,7 +191,7 @@ def bench_dataset(
             for seed in range(args.seeds):
                 try:
                     qspec = common.RunSpec(mode="quality", seed=seed, device=device)
-                    wall, out = gpu_time(lambda m=m, s=qspec: available[m](X, k, s), device)
+                    wall, out = common.timed(lambda m=m, s=qspec: available[m](X, k, s), device)
                     ev = common.evaluate_centroids(X, out.centroids, ds.y, device=device)
                     runs.append(
                         {

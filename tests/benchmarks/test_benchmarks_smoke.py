@@ -1,0 +1,106 @@
+"""Smoke test of the benchmark scripts: they run on tiny data and print their tables.
+
+No timing is asserted: these only check that the comparison runs end to end and reports
+the table, the ratios and the target lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+
+pytest.importorskip("faiss", reason="faiss-cpu is a benchmark peer (the 'bench' extra)")
+pytest.importorskip("fast_pytorch_kmeans", reason="fast-pytorch-kmeans is a benchmark peer")
+pytest.importorskip("threadpoolctl")
+pytest.importorskip("psutil")
+
+
+def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_compare_quick_prints_tables_and_ratios(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = _run(
+        [
+            str(BENCH / "compare.py"),
+            "--quick",
+            "--threads",
+            "1",
+            "--only",
+            "hard",
+            "--seeds",
+            "1",
+            "--memory",
+            "engine",
+            "--json",
+            str(out),
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout
+    for needle in (
+        "-- speed",
+        "ms/iter",
+        "GFLOP/s",
+        "peak MiB",
+        "-- quality",
+        "mean inertia",
+        "-- ratios engine / peer",
+        "vs faiss",
+        "vs sklearn-n10",
+        "=== targets",
+        "torch.matmul",
+    ):
+        assert needle in text, f"{needle!r} missing from the output:\n{text}"
+    verdicts = text.split("=== targets", 1)[1].splitlines()
+    for target in ("(a)", "(b)", "(c)", "(d)"):
+        line = next(ln for ln in verdicts if ln.split()[1:2] == [target])
+        assert line.split()[0] in {"PASS", "FAIL", "N/A"}, line
+    report = json.loads(out.read_text())
+    (res,) = report["datasets"].values()
+    assert {"rbfkm-hard", "faiss", "fpk", "sklearn-n1"} <= set(res["speed"])
+    assert set(res["quality"]) >= {"rbfkm-entmax15", "sklearn-n10"}
+    assert res["memory"]["rbfkm-hard"]["peak_total"] > 0
+    assert res["ratios"]["rbfkm-hard"]["faiss"]["t_iter"] > 0
+
+
+def test_evaluate_centroids_is_the_float64_nearest_centroid_inertia() -> None:
+    import numpy as np
+
+    sys.path.insert(0, str(BENCH))
+    import common
+
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0]], dtype=np.float32)
+    C = np.array([[0.5, 0.0], [10.0, 0.0], [np.nan, 0.0]])
+    ev = common.evaluate_centroids(X, C, np.array([0, 0, 1]))
+    assert ev["inertia"] == pytest.approx(0.5)
+    assert ev["n_empty"] == 1
+    assert ev["ari"] == pytest.approx(1.0)
+
+
+def test_gpu_compare_skips_cleanly_without_cuda() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the GPU check script covers this")
+    proc = _run([str(BENCH / "gpu_compare.py"), "--quick"], timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "skipped" in proc.stdout
