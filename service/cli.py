@@ -26,7 +26,7 @@ from service.settings import Settings
 _STOP_GRACE_S = 15.0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rbfkm", description="The rbfkm clustering service.")
     parser.add_argument("--version", action="version", version=f"rbfkm {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -124,14 +124,17 @@ def _needs_redis(settings: Settings, command: str) -> None:
 
 
 def run_workers(settings: Settings) -> int:
-    """Run `settings.workers` worker processes until SIGINT/SIGTERM or until all have exited."""
-    from service.worker import spawn_workers
+    """Run worker(s) until SIGINT/SIGTERM: one in this process, or `settings.workers` children."""
+    from service.worker import run_worker_process, spawn_workers
 
+    print(f"rbfkm worker(s) on {settings.redis_url}", flush=True)
+    if settings.workers <= 1:
+        run_worker_process(settings)  # handles SIGINT/SIGTERM: finishes the job, then returns
+        return 0
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    workers = spawn_workers(settings, max(1, settings.workers))
-    print(f"rbfkm {len(workers)} worker(s) on {settings.redis_url}", flush=True)
+    workers = spawn_workers(settings, settings.workers)
     try:
         while not stop.wait(0.5):
             if not any(proc.is_alive() for proc in workers):
@@ -143,7 +146,7 @@ def run_workers(settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The `rbfkm` console script."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     settings = settings_from(args)
     if args.command == "serve":
         return serve(settings)
