@@ -460,3 +460,31 @@ def test_release_of_a_canceled_job_cancels_it(queue: JobQueue) -> None:
     queue.cancel(job["id"])
     assert queue.release(claim) == "canceled"
     assert queue.claim("w2", block_ms=50) is None
+
+
+def test_stale_renew_cannot_steal_an_entry_being_reclaimed(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.1)
+    queue.submit("ds", {})
+    stale = _claim(queue, "a")
+    time.sleep(0.15)
+    # b has taken the entry over but not yet raised the fencing token (mid-claim)
+    queue.client.xautoclaim(queue.stream, queue.group, "b", 100, start_id="0-0", count=1)
+    assert queue.renew(stale) is False
+    assert [p["consumer"] for p in _pending(queue)] == [b"b"]
+
+
+def test_a_claim_that_lost_its_entry_changes_nothing(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.1)
+    job = queue.submit("ds", {})
+    # a reads the entry but stalls before starting the job ...
+    ((_, [(entry_id, fields)]),) = queue.client.xreadgroup(
+        queue.group, "a", {queue.stream: ">"}, count=1
+    )
+    time.sleep(0.15)
+    taken = _claim(queue, "b")  # ... b reclaims it and starts attempt 1
+    assert taken.attempt == 1
+    assert queue._start(entry_id.decode(), fields, "a") is None  # a's late start is void
+    current = queue.get(job["id"])
+    assert current is not None
+    assert current["attempts"] == 1
+    assert [p["consumer"] for p in _pending(queue)] == [b"b"]

@@ -1,0 +1,428 @@
+"""The worker: claims jobs, runs ``RBFKMeans`` fits, reports progress, stores results.
+
+One job per device at a time: a worker holds an OS file lock on its device (in the local
+temp directory, so it is per machine) from before it claims a job until the job is done;
+several worker processes on one GPU therefore take turns, and a worker that waits for the
+device does not hold a job meanwhile. While a job runs, a background thread renews the
+lease every ``lease_s / 3`` (so jobs longer than the reclaim window keep their lease) and
+polls the job's cancel flag and fence every ``poll_s``; the fit's callback only reads a
+local flag on every iteration and writes progress to Redis at most every
+``progress_interval_s``, so the hot loop stays free of network round trips.
+
+Processes are started with the ``spawn`` method, never ``fork``: CUDA does not survive a
+fork, and a forked child would share the parent's Redis connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis
+
+from service.queue import Claim, JobQueue
+from service.results import ResultStore
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+LoadDataset = Callable[[str], np.ndarray]
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_CUDA = re.compile(r"cuda(?::(\d+))?")
+
+
+class DatasetNotFound(LookupError):
+    """The job names a dataset that is not stored (bad input: never retried)."""
+
+
+# Errors the user caused: the job fails at once, without retries.
+NON_RETRYABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, DatasetNotFound)
+
+
+def dataset_loader(data_dir: Path | str) -> LoadDataset:
+    """Load ``{data_dir}/datasets/{id}.npy`` memory-mapped (see docs/CONTRACTS.md)."""
+    root = Path(data_dir) / "datasets"
+
+    def load(dataset_id: str) -> np.ndarray:
+        path = root / f"{dataset_id}.npy"
+        if not _SAFE_ID.fullmatch(dataset_id) or not path.is_file():
+            raise DatasetNotFound(f"dataset {dataset_id!r} not found")
+        return np.load(path, mmap_mode="r")
+
+    return load
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is present, else ``cpu``; anything else as given."""
+    if device == "auto":
+        return "cuda" if _cuda_count() else "cpu"
+    return device
+
+
+def is_valid_device(device: str) -> bool:
+    """Whether this machine can run on ``device`` (cpu, or an existing cuda[:N])."""
+    if device == "cpu":
+        return True
+    match = _CUDA.fullmatch(device)
+    if match is None:
+        return False
+    count = _cuda_count()
+    return count > 0 and int(match.group(1) or 0) < count
+
+
+def job_device(params: Mapping[str, Any], default: str) -> str:
+    """A per-job ``device`` overrides the worker's only when this machine has it."""
+    requested = params.get("device")
+    if not requested or requested == "auto":
+        return default
+    if isinstance(requested, str) and is_valid_device(requested):
+        return requested
+    log.warning("job asks for device %r, not available here; using %s", requested, default)
+    return default
+
+
+def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The estimator's keyword arguments: the job params without device and unset values."""
+    return {k: v for k, v in params.items() if k != "device" and v is not None}
+
+
+class DeviceLock:
+    """An exclusive per-machine lock on one device, held while a job runs on it."""
+
+    def __init__(self, device: str, lock_dir: Path | str | None = None) -> None:
+        directory = Path(lock_dir) if lock_dir is not None else Path(tempfile.gettempdir())
+        name = re.sub(r"[^A-Za-z0-9]+", "_", device)
+        self.path = directory / f"rbfkm-device-{name}.lock"
+        self._fd: int | None = None
+
+    def acquire(self, timeout_s: float) -> bool:
+        """Take the lock, waiting up to ``timeout_s``; False if another holder kept it."""
+        if self._fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
+                continue
+            self._fd = fd
+            return True
+
+    def release(self) -> None:
+        """Let the next job (of any worker on this machine) use the device."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class _LeaseKeeper:
+    """Background thread: renews the lease and notices cancel or fencing while a job runs."""
+
+    def __init__(self, queue: JobQueue, claim: Claim, heartbeat_s: float, poll_s: float):
+        self.queue = queue
+        self.claim = claim
+        self.heartbeat_s = heartbeat_s
+        self.poll_s = min(poll_s, heartbeat_s)
+        self.reason: str | None = None  # why the job must stop; read on every iteration
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{claim.job_id}", daemon=True)
+
+    def stop_with(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def _run(self) -> None:
+        next_renew = time.monotonic() + self.heartbeat_s
+        while not self._done.wait(self.poll_s):
+            try:
+                if time.monotonic() >= next_renew:
+                    next_renew = time.monotonic() + self.heartbeat_s
+                    renewed = self.queue.renew(self.claim)
+                    self.queue.worker_heartbeat(self.claim.consumer)
+                    if renewed:
+                        continue
+                reason = self.queue.stop_reason(self.claim)
+                if reason is not None:
+                    self.stop_with(reason)
+            except redis.RedisError as exc:  # keep trying: the lease outlives short outages
+                log.warning("lease renewal of job %s failed: %s", self.claim.job_id, exc)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _default_estimator() -> Callable[..., Any]:
+    from rbfkm_engine import RBFKMeans
+
+    return RBFKMeans
+
+
+class Worker:
+    """Claims one job at a time from the queue and runs it on one device."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        results: ResultStore,
+        load_dataset: LoadDataset,
+        *,
+        device: str = "auto",
+        consumer: str | None = None,
+        heartbeat_s: float | None = None,
+        poll_s: float = 0.1,
+        progress_interval_s: float = 0.2,
+        estimator: Callable[..., Any] | None = None,
+        lock_dir: Path | str | None = None,
+        purge_every_s: float = 3600.0,
+    ) -> None:
+        self.queue = queue
+        self.results = results
+        self.load_dataset = load_dataset
+        self.device = resolve_device(device)
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else queue.lease_s / 3
+        self.poll_s = poll_s
+        self.progress_interval_s = progress_interval_s
+        self.estimator = estimator
+        self.device_lock = DeviceLock(self.device, lock_dir)
+        self.purge_every_s = purge_every_s
+        self._stop: threading.Event | None = None  # set by run(): hand the job back
+
+    def run_once(self, block_ms: int = 1000) -> str | None:
+        """Claim at most one job and run it to its end; returns its id, or None if none."""
+        self.queue.worker_heartbeat(self.consumer)
+        if not self.device_lock.acquire(block_ms / 1000):
+            return None
+        try:
+            claim = self.queue.claim(self.consumer, block_ms=block_ms)
+            if claim is None:
+                return None
+            self._execute(claim)
+            return claim.job_id
+        finally:
+            self.device_lock.release()
+
+    def run(self, stop: threading.Event, block_ms: int = 1000) -> None:
+        """Run jobs until ``stop`` is set; a running job stops and is handed back at once."""
+        self._stop = stop
+        self.queue.register_worker(self.consumer)
+        log.info("worker %s started on %s", self.consumer, self.device)
+        next_purge = time.monotonic()
+        try:
+            while not stop.is_set():
+                try:
+                    if time.monotonic() >= next_purge:
+                        next_purge = time.monotonic() + self.purge_every_s
+                        self.results.purge(self.queue.ttl_s)
+                    self.run_once(block_ms=block_ms)
+                except redis.RedisError as exc:
+                    log.warning("worker %s: redis unavailable (%s); retrying", self.consumer, exc)
+                    stop.wait(1.0)
+                except Exception:
+                    log.exception("worker %s: unexpected error", self.consumer)
+                    stop.wait(1.0)
+        finally:
+            with contextlib.suppress(redis.RedisError):
+                self.queue.unregister_worker(self.consumer)
+            log.info("worker %s stopped", self.consumer)
+
+    # ---- one job -------------------------------------------------------------------------
+
+    def _execute(self, claim: Claim) -> None:
+        log.info("job %s attempt %d started by %s", claim.job_id, claim.attempt, self.consumer)
+        with _LeaseKeeper(self.queue, claim, self.heartbeat_s, self.poll_s) as keeper:
+            try:
+                model, X = self._fit(claim, keeper)
+                reason = keeper.reason or self.queue.stop_reason(claim)
+                if reason is not None:
+                    self._stopped(claim, reason)
+                    return
+                meta = self.results.save(claim.job_id, model, X, attempt=claim.attempt)
+                if self.queue.succeed(claim, meta):
+                    self.results.prune(claim.job_id, keep=claim.attempt)
+                    log.info("job %s attempt %d succeeded", claim.job_id, claim.attempt)
+                    return
+                # Fenced out or canceled between the fit and the commit: these files are
+                # this attempt's alone (never the winner's), so they go.
+                self.results.discard(claim.job_id, claim.attempt)
+                self._stopped(claim, self.queue.stop_reason(claim) or "fenced")
+            except NON_RETRYABLE as exc:
+                message = str(exc) or type(exc).__name__
+                status = self.queue.fail(claim, message, retryable=False)
+                log.info("job %s failed on bad input (%s): %s", claim.job_id, status, message)
+            except redis.RedisError:
+                raise  # the entry stays pending and is reclaimed after the lease
+            except Exception as exc:
+                log.exception("job %s attempt %d crashed", claim.job_id, claim.attempt)
+                status = self.queue.fail(claim, f"{type(exc).__name__}: {exc}", retryable=True)
+                log.info("job %s is now %s", claim.job_id, status)
+
+    def _fit(self, claim: Claim, keeper: _LeaseKeeper) -> tuple[Any, np.ndarray]:
+        X = self.load_dataset(claim.dataset_id)
+        estimator = self.estimator or _default_estimator()
+        model = estimator(
+            **engine_params(claim.params), device=job_device(claim.params, self.device)
+        )
+        last_write = -float("inf")
+
+        def callback(progress: Any) -> bool:
+            nonlocal last_write
+            if keeper.reason is not None:
+                return True
+            if self._stop is not None and self._stop.is_set():
+                keeper.stop_with("shutdown")
+                return True
+            now = time.monotonic()
+            if now - last_write < self.progress_interval_s:
+                return False
+            last_write = now
+            try:
+                keep_going = self.queue.report_progress(
+                    claim,
+                    fraction=progress.fraction,
+                    sigma=progress.sigma,
+                    iteration=progress.iteration,
+                    objective=progress.objective,
+                )
+            except redis.RedisError as exc:
+                log.warning("progress of job %s not stored: %s", claim.job_id, exc)
+                return False
+            if not keep_going:
+                keeper.stop_with(self.queue.stop_reason(claim) or "fenced")
+            return not keep_going
+
+        model.fit(X, callback=callback)
+        return model, X
+
+    def _stopped(self, claim: Claim, reason: str) -> None:
+        """End an attempt that was told to stop: canceled or deleted end the job; fenced not."""
+        if reason == "shutdown":
+            status = self.queue.release(claim)
+            log.info("job %s handed back on shutdown (%s)", claim.job_id, status)
+        elif reason in ("canceled", "deleted"):
+            self.queue.mark_canceled(claim)  # for a deleted job this just acknowledges
+            log.info("job %s %s while running", claim.job_id, reason)
+        else:  # another attempt owns the job now: touch nothing of it
+            log.warning("job %s attempt %d fenced out; dropped", claim.job_id, claim.attempt)
+
+
+# ---- processes ---------------------------------------------------------------------------
+
+
+def _settings_payload(settings: Settings) -> dict[str, Any]:
+    """Settings as plain data for a spawned child (REDIS_URL under its environment name)."""
+    payload = settings.model_dump(mode="json")
+    payload["REDIS_URL"] = payload.pop("redis_url")
+    return payload
+
+
+def _load_settings(source: Settings | Mapping[str, Any] | None) -> Settings:
+    if isinstance(source, Settings):
+        return source
+    if source is None:
+        return Settings()
+    data = dict(source)
+    if "redis_url" in data:
+        data["REDIS_URL"] = data.pop("redis_url")
+    return Settings(**data)
+
+
+def _device_for(settings: Settings, index: int) -> str:
+    """Worker ``index`` of several: with ``auto``, spread over the GPUs (or use the CPU)."""
+    if settings.device != "auto":
+        return settings.device
+    count = _cuda_count()
+    return f"cuda:{index % count}" if count else "cpu"
+
+
+def run_worker_process(
+    settings: Settings | Mapping[str, Any] | None = None,
+    index: int = 0,
+    *,
+    estimator: Callable[..., Any] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Entry point of a worker process (``rbfkm worker``): settings from the argument or env.
+
+    Builds its own Redis client, queue, result store and dataset loader, and runs until
+    SIGTERM or SIGINT (a running job stops at its next iteration and is handed back).
+    """
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    config = _load_settings(settings)
+    if not config.redis_url:
+        raise ValueError("a worker process needs REDIS_URL (the server it shares with the API)")
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    client = redis.Redis.from_url(config.redis_url, health_check_interval=30)
+    try:
+        worker = Worker(
+            JobQueue.from_settings(client, config),
+            ResultStore(config.data_dir),
+            dataset_loader(config.data_dir),
+            device=_device_for(config, index),
+            estimator=estimator,
+        )
+        worker.run(stop)
+    finally:
+        client.close()
+
+
+def spawn_workers(
+    settings: Settings,
+    n: int,
+    *,
+    estimator: Callable[..., Any] | None = None,
+    daemon: bool = True,
+) -> list[BaseProcess]:
+    """Start ``n`` worker processes with the ``spawn`` method (CUDA-safe); returns them."""
+    context = multiprocessing.get_context("spawn")
+    payload = _settings_payload(settings)
+    processes = []
+    for index in range(n):
+        process = context.Process(
+            target=run_worker_process,
+            args=(payload, index),
+            kwargs={"estimator": estimator},
+            name=f"rbfkm-worker-{index}",
+            daemon=daemon,
+        )
+        process.start()
+        processes.append(process)
+    return processes

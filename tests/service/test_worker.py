@@ -1,0 +1,486 @@
+"""Worker against a real Redis and the real engine: runs, failures, cancel, leases, processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import redis
+
+from rbfkm_engine import RBFKMeans
+from service.queue import JobQueue
+from service.results import ResultStore
+from service.settings import Settings
+from service.worker import (
+    DeviceLock,
+    Worker,
+    dataset_loader,
+    engine_params,
+    job_device,
+    spawn_workers,
+)
+
+PARAMS = {"n_clusters": 3, "random_state": 0, "max_iter": 40}
+SLOW = {"n_clusters": 3, "random_state": 0, "max_iter": 300, "tol": 0.0}
+
+
+class SlowRBFKMeans(RBFKMeans):
+    """The real estimator, slowed down per iteration so a test can act mid-fit."""
+
+    delay_s: ClassVar[float] = 0.05
+    fits: ClassVar[list[RBFKMeans]] = []
+
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None, *, callback: Any = None):
+        def slow(progress: Any) -> Any:
+            time.sleep(self.delay_s)
+            return callback(progress) if callback is not None else None
+
+        SlowRBFKMeans.fits.append(self)
+        return super().fit(X, y, sample_weight, callback=slow)
+
+
+def _blobs(n: int = 90, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
+    return (centres[rng.integers(0, 3, n)] + rng.normal(scale=0.7, size=(n, 2))).astype(np.float32)
+
+
+def _wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    (tmp_path / "datasets").mkdir()
+    np.save(tmp_path / "datasets" / "ds.npy", _blobs())
+    return tmp_path
+
+
+@pytest.fixture
+def make_queue(redis_client: redis.Redis) -> Callable[..., JobQueue]:
+    def make(**kwargs: Any) -> JobQueue:
+        kwargs.setdefault("prefix", "w")
+        return JobQueue(redis_client, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def queue(make_queue: Callable[..., JobQueue]) -> JobQueue:
+    return make_queue()
+
+
+@pytest.fixture
+def results(data_dir: Path) -> ResultStore:
+    return ResultStore(data_dir)
+
+
+@pytest.fixture
+def make_worker(data_dir: Path, results: ResultStore) -> Callable[..., Worker]:
+    def make(queue: JobQueue, **kwargs: Any) -> Worker:
+        kwargs.setdefault("device", "cpu")
+        kwargs.setdefault("lock_dir", data_dir)
+        return Worker(queue, results, dataset_loader(data_dir), **kwargs)
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _forget_slow_fits() -> Iterator[None]:
+    SlowRBFKMeans.fits.clear()
+    yield
+    SlowRBFKMeans.fits.clear()
+
+
+def _run_in_thread(worker: Worker, block_ms: int = 200) -> threading.Thread:
+    thread = threading.Thread(target=worker.run_once, kwargs={"block_ms": block_ms}, daemon=True)
+    thread.start()
+    return thread
+
+
+def _status(queue: JobQueue, job_id: str) -> str | None:
+    job = queue.get(job_id)
+    return None if job is None else job["status"]
+
+
+def _running_with_progress(queue: JobQueue, job_id: str) -> bool:
+    job = queue.get(job_id)
+    return bool(job and job["status"] == "running" and job["progress"]["iteration"])
+
+
+def test_run_once_fits_stores_and_matches_the_engine(
+    queue: JobQueue,
+    make_worker: Callable[..., Worker],
+    results: ResultStore,
+    data_dir: Path,
+) -> None:
+    worker = make_worker(queue)
+    assert worker.run_once(block_ms=50) is None
+    job_id = queue.submit("ds", PARAMS)["id"]
+    assert worker.run_once(block_ms=200) == job_id
+
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"], job["error"]) == ("succeeded", 1, None)
+    assert job["progress"]["fraction"] == 1.0
+    assert job["progress"]["iteration"] is not None
+    assert job["finished_at"] is not None
+    meta = queue.result_meta(job_id)
+    assert meta is not None
+    assert (meta["attempt"], meta["n_samples"], meta["n_clusters"]) == (1, 90, 3)
+
+    X = np.load(data_dir / "datasets" / "ds.npy")
+    direct = RBFKMeans(**PARAMS, device="cpu").fit(X)
+    np.testing.assert_array_equal(results.labels(job_id), direct.labels_)
+    np.testing.assert_allclose(results.summary(job_id)["centroids"], direct.cluster_centers_)
+    assert results.summary(job_id)["inertia"] == pytest.approx(direct.inertia_)
+    assert worker.run_once(block_ms=50) is None
+
+
+@pytest.mark.parametrize(
+    ("params", "dataset", "message"),
+    [
+        ({"n_clusters": 500}, "ds", "n_clusters"),
+        ({"n_clusters": 3, "no_such_option": 1}, "ds", "no_such_option"),
+        ({"n_clusters": 3, "assignment": "bogus"}, "ds", "assignment"),
+        ({"n_clusters": 3}, "missing", "not found"),
+    ],
+)
+def test_bad_input_fails_at_once(
+    queue: JobQueue,
+    make_worker: Callable[..., Worker],
+    results: ResultStore,
+    params: dict[str, Any],
+    dataset: str,
+    message: str,
+) -> None:
+    job_id = queue.submit(dataset, params)["id"]
+    assert make_worker(queue).run_once(block_ms=200) == job_id
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("failed", 1)
+    assert message in job["error"]
+    assert queue.dead_letters()[0]["job"] == job_id
+    assert not results.exists(job_id)
+
+
+def test_crashes_are_retried_then_dead_lettered(
+    queue: JobQueue, results: ResultStore, data_dir: Path
+) -> None:
+    def broken(dataset_id: str) -> np.ndarray:
+        raise OSError("disk hiccup")
+
+    worker = Worker(queue, results, broken, device="cpu", lock_dir=data_dir)
+    job_id = queue.submit("ds", PARAMS)["id"]
+    seen = []
+    for _ in range(3):
+        assert worker.run_once(block_ms=200) == job_id
+        job = queue.get(job_id)
+        assert job is not None
+        seen.append((job["status"], job["attempts"]))
+    assert seen == [("queued", 1), ("queued", 2), ("failed", 3)]
+    job = queue.get(job_id)
+    assert job is not None
+    assert "disk hiccup" in job["error"]
+    assert queue.dead_letters()[0]["job"] == job_id
+    assert worker.run_once(block_ms=50) is None
+
+
+def test_transient_crash_then_success(
+    queue: JobQueue, results: ResultStore, data_dir: Path
+) -> None:
+    load = dataset_loader(data_dir)
+    calls = []
+
+    def flaky(dataset_id: str) -> np.ndarray:
+        calls.append(dataset_id)
+        if len(calls) == 1:
+            raise ConnectionResetError("shared disk went away")
+        return load(dataset_id)
+
+    worker = Worker(queue, results, flaky, device="cpu", lock_dir=data_dir)
+    job_id = queue.submit("ds", PARAMS)["id"]
+    worker.run_once(block_ms=200)
+    worker.run_once(block_ms=200)
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"], job["error"]) == ("succeeded", 2, None)
+    assert results.summary(job_id)["attempt"] == 2
+
+
+def test_canceled_queued_job_never_runs(
+    queue: JobQueue, results: ResultStore, data_dir: Path
+) -> None:
+    calls: list[str] = []
+
+    def load(dataset_id: str) -> np.ndarray:
+        calls.append(dataset_id)
+        return np.load(data_dir / "datasets" / "ds.npy")
+
+    job_id = queue.submit("ds", PARAMS)["id"]
+    queue.cancel(job_id)
+    worker = Worker(queue, results, load, device="cpu", lock_dir=data_dir)
+    assert worker.run_once(block_ms=100) is None
+    assert calls == []
+    assert _status(queue, job_id) == "canceled"
+
+
+def test_cancel_running_job_stops_it_at_the_next_iteration(
+    queue: JobQueue, make_worker: Callable[..., Worker], results: ResultStore
+) -> None:
+    job_id = queue.submit("ds", SLOW)["id"]
+    thread = _run_in_thread(make_worker(queue, estimator=SlowRBFKMeans))
+    _wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
+    canceled_at = time.monotonic()
+    queue.cancel(job_id)
+    thread.join(timeout=15)
+    assert not thread.is_alive()
+    assert time.monotonic() - canceled_at < 5  # far less than the full fit
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("canceled", 1)
+    assert job["finished_at"] is not None
+    assert SlowRBFKMeans.fits[-1].stopped_early_ is True
+    assert SlowRBFKMeans.fits[-1].n_iter_ < 150
+    assert not results.exists(job_id)
+
+
+def test_fenced_out_worker_drops_its_work_and_the_winner_succeeds_once(
+    make_queue: Callable[..., JobQueue],
+    make_worker: Callable[..., Worker],
+    results: ResultStore,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    queue = make_queue(lease_s=0.3)
+    job_id = queue.submit("ds", SLOW)["id"]
+    # A stalls: it never renews (as if frozen by GC or a network partition).
+    stale = make_worker(queue, consumer="stale", heartbeat_s=1000.0, estimator=SlowRBFKMeans)
+    thread = _run_in_thread(stale)
+    _wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
+    time.sleep(0.4)
+    # B, on another machine (its own device lock), reclaims the lapsed lease and finishes.
+    winner = make_worker(queue, consumer="winner", lock_dir=tmp_path_factory.mktemp("b"))
+    assert winner.run_once(block_ms=200) == job_id
+    thread.join(timeout=15)
+    assert not thread.is_alive()
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("succeeded", 2)
+    meta = queue.result_meta(job_id)
+    assert meta is not None
+    assert meta["attempt"] == 2
+    assert sorted(p.name for p in results.job_dir(job_id).iterdir()) == ["attempt-2"]
+    assert SlowRBFKMeans.fits[0].stopped_early_ is True  # A noticed it was fenced out
+
+
+class _ReclaimedWhileSaving(ResultStore):
+    """Another worker takes the job over right after this one wrote its files."""
+
+    def __init__(self, data_dir: Path, queue: JobQueue) -> None:
+        super().__init__(data_dir)
+        self.queue = queue
+        self.taken_by: list[int] = []
+
+    def save(self, job_id: str, model: Any, X: Any, *, attempt: int = 1) -> dict[str, Any]:
+        meta = super().save(job_id, model, X, attempt=attempt)
+        time.sleep(self.queue.lease_s + 0.1)
+        claim = self.queue.claim("other", block_ms=10)
+        assert claim is not None
+        self.taken_by.append(claim.attempt)
+        return meta
+
+
+def test_worker_fenced_out_at_commit_deletes_only_its_own_files(
+    make_queue: Callable[..., JobQueue], data_dir: Path
+) -> None:
+    queue = make_queue(lease_s=0.2)
+    store = _ReclaimedWhileSaving(data_dir, queue)
+    winner_files = store.job_dir("j1") / "attempt-2"
+    winner_files.mkdir(parents=True)  # the new attempt's result, already written
+    queue.submit("ds", PARAMS, job_id="j1")
+    worker = Worker(
+        queue, store, dataset_loader(data_dir), device="cpu", heartbeat_s=1000, lock_dir=data_dir
+    )
+    assert worker.run_once(block_ms=200) == "j1"
+    assert store.taken_by == [2]
+    job = queue.get("j1")
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("running", 2)  # the new attempt's, untouched
+    assert queue.result_meta("j1") is None
+    assert sorted(p.name for p in store.job_dir("j1").iterdir()) == ["attempt-2"]
+
+
+def test_heartbeats_keep_a_long_job_from_being_reclaimed(
+    make_queue: Callable[..., JobQueue], make_worker: Callable[..., Worker]
+) -> None:
+    queue = make_queue(lease_s=0.3)
+    params = {**SLOW, "max_iter": 25}  # about 25 iterations * 50 ms: several lease windows
+    job_id = queue.submit("ds", params)["id"]
+    thread = _run_in_thread(make_worker(queue, estimator=SlowRBFKMeans))
+    _wait_for(lambda: _status(queue, job_id) == "running", what="the job to run")
+    iterations = set()
+    started = time.monotonic()
+    while thread.is_alive():
+        assert queue.claim("thief", block_ms=20) is None
+        job = queue.get(job_id)
+        assert job is not None
+        iterations.add(job["progress"]["iteration"])
+        time.sleep(0.05)
+    assert time.monotonic() - started > 3 * queue.lease_s
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("succeeded", 1)
+    assert len(iterations - {None}) >= 2  # progress moved while it ran
+
+
+def test_device_lock_allows_one_job_per_device(
+    queue: JobQueue, make_worker: Callable[..., Worker], data_dir: Path
+) -> None:
+    job_id = queue.submit("ds", PARAMS)["id"]
+    other = DeviceLock("cpu", data_dir)
+    assert other.acquire(0)
+    worker = make_worker(queue)
+    assert worker.run_once(block_ms=200) is None
+    assert _status(queue, job_id) == "queued"  # it did not take the job while waiting
+    other.release()
+    assert worker.run_once(block_ms=200) == job_id
+
+
+def test_job_device_and_engine_params() -> None:
+    assert job_device({}, "cpu") == "cpu"
+    assert job_device({"device": "auto"}, "cpu") == "cpu"
+    assert job_device({"device": "cpu"}, "cuda:0") == "cpu"
+    assert job_device({"device": "bogus"}, "cpu") == "cpu"
+    assert job_device({"device": "cuda:99"}, "cpu") == "cpu"
+    assert engine_params({"n_clusters": 3, "device": "cpu", "sigma0": None}) == {"n_clusters": 3}
+
+
+def test_unavailable_job_device_falls_back(
+    queue: JobQueue, make_worker: Callable[..., Worker]
+) -> None:
+    job_id = queue.submit("ds", {**PARAMS, "device": "cuda:99"})["id"]
+    make_worker(queue).run_once(block_ms=200)
+    assert _status(queue, job_id) == "succeeded"
+
+
+def test_run_loop_serves_jobs_until_stopped(
+    queue: JobQueue, make_worker: Callable[..., Worker]
+) -> None:
+    worker = make_worker(queue)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), kwargs={"block_ms": 100})
+    thread.start()
+    try:
+        ids = [queue.submit("ds", PARAMS)["id"] for _ in range(2)]
+        _wait_for(lambda: queue.workers_alive() == 1, what="the worker to register")
+        _wait_for(lambda: all(_status(queue, i) == "succeeded" for i in ids), what="both jobs")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert queue.workers_alive() == 0
+
+
+def test_stopping_worker_hands_its_job_back(
+    queue: JobQueue, make_worker: Callable[..., Worker], results: ResultStore
+) -> None:
+    job_id = queue.submit("ds", SLOW)["id"]
+    worker = make_worker(queue, estimator=SlowRBFKMeans)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), kwargs={"block_ms": 100})
+    thread.start()
+    _wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
+    stop.set()
+    thread.join(timeout=15)
+    assert not thread.is_alive()
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("queued", 1)
+    assert not results.exists(job_id)
+    assert make_worker(queue).run_once(block_ms=200) == job_id
+    assert _status(queue, job_id) == "succeeded"
+
+
+def _process_settings(redis_server: str, data_dir: Path, **overrides: Any) -> Settings:
+    return Settings(
+        **{
+            "REDIS_URL": redis_server,
+            "data_dir": data_dir,
+            "key_prefix": "proc",
+            "device": "cpu",
+            **overrides,
+        }
+    )
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_process_job_is_reclaimed_and_succeeds_once(
+    redis_server: str,
+    redis_client: redis.Redis,
+    data_dir: Path,
+    results: ResultStore,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    settings = _process_settings(redis_server, data_dir, lease_s=1.0)
+    queue = JobQueue.from_settings(redis_client, settings)
+    job_id = queue.submit("ds", SLOW)["id"]
+    (process,) = spawn_workers(settings, 1, estimator=SlowRBFKMeans)
+    try:
+        _wait_for(lambda: _running_with_progress(queue, job_id), 120, "the spawned worker")
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(timeout=10)
+        assert process.exitcode == -signal.SIGKILL
+    finally:
+        if process.is_alive():
+            process.kill()
+    assert _status(queue, job_id) == "running"  # nobody said otherwise: the lease must lapse
+    survivor = Worker(
+        queue,
+        results,
+        dataset_loader(data_dir),
+        device="cpu",
+        lock_dir=tmp_path_factory.mktemp("survivor"),
+    )
+    _wait_for(lambda: survivor.run_once(block_ms=200) == job_id, 30, "the reclaim")
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("succeeded", 2)
+    assert sorted(p.name for p in results.job_dir(job_id).iterdir()) == ["attempt-2"]
+    assert survivor.run_once(block_ms=100) is None
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_worker_process_cleanly(
+    redis_server: str, redis_client: redis.Redis, data_dir: Path
+) -> None:
+    settings = _process_settings(redis_server, data_dir)
+    queue = JobQueue.from_settings(redis_client, settings)
+    job_id = queue.submit("ds", SLOW)["id"]
+    (process,) = spawn_workers(settings, 1, estimator=SlowRBFKMeans)
+    try:
+        _wait_for(lambda: _running_with_progress(queue, job_id), 120, "the spawned worker")
+        assert queue.workers_alive() == 1
+        process.terminate()
+        process.join(timeout=15)
+        assert process.exitcode == 0
+    finally:
+        if process.is_alive():
+            process.kill()
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("queued", 1)  # handed back, not lost
+    assert queue.workers_alive() == 0
