@@ -88,6 +88,11 @@ def _run_api(settings: Settings) -> None:
     from service.app import create_app
 
     app = create_app(settings)
+    received: list[int] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        # uvicorn re-raises the signal that stopped it once it has shut down; with the
+        # default handlers that would kill this process before it stops workers and Redis.
+        signal.signal(signum, lambda sig, _: received.append(sig))
     print(f"rbfkm API on http://{settings.host}:{settings.port}", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
 

@@ -69,7 +69,11 @@ def live(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         api_keys=[KEY],
         max_upload_bytes=MAX_UPLOAD,
     )
-    workers = spawn_workers(settings, 1)
+    with pytest.MonkeyPatch.context() as patch:
+        # The worker locks its device with a file in the temp dir: keep it private to this
+        # test run, so other runs on the machine cannot hold our worker back.
+        patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
+        workers = spawn_workers(settings, 1)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")

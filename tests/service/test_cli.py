@@ -1,0 +1,212 @@
+"""`rbfkm serve | api | worker` as real processes, and the README's curl session."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from service.cli import build_parser, main, settings_from
+from service.embedded import EmbeddedRedis, free_port
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICE_DOC = ROOT / "docs" / "SERVICE.md"
+
+
+def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment without any rbfkm or Redis settings, plus `extra`.
+
+    TMPDIR is private: workers lock their device with a file in the temp directory, and
+    other test runs on this machine must not hold it.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RBFKM_", "REDIS_URL"))}
+    env["TMPDIR"] = str(tmp)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "service.cli", *args],
+            cwd=log.parent,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"not ready after {timeout_s}s:\n{log.read_text()}")
+
+
+def stop(proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 40) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"did not stop on SIGTERM:\n{log.read_text()}") from None
+
+
+def run_tiny_job(base_url: str) -> dict:
+    data = {"data": [[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]]}
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        dataset = http.post("/v1/datasets", json=data).json()
+        job = http.post("/v1/jobs", json={"dataset_id": dataset["id"], "n_clusters": 2})
+        assert job.status_code == 202, job.text
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status = http.get(f"/v1/jobs/{job.json()['id']}").json()["status"]
+            if status not in ("queued", "running"):
+                break
+            time.sleep(0.1)
+        assert status == "succeeded", http.get(f"/v1/jobs/{job.json()['id']}").json()
+        return http.get(f"/v1/jobs/{job.json()['id']}/result").json()
+
+
+def curl_session() -> str:
+    text = SERVICE_DOC.read_text()
+    match = re.search(
+        r"<!-- curl-session -->\s*```bash\n(.*?)```\s*<!-- /curl-session -->", text, re.S
+    )
+    assert match, "docs/SERVICE.md has a marked curl session"
+    return match.group(1)
+
+
+# ---- argument handling -------------------------------------------------------------------
+
+
+def test_options_override_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RBFKM_PORT", "9001")
+    monkeypatch.setenv("RBFKM_WORKERS", "3")
+    args = build_parser().parse_args(
+        ["serve", "--port", "9002", "--data-dir", str(tmp_path), "--redis-url", "redis://h:1/0"]
+    )
+    settings = settings_from(args)
+    assert (settings.port, settings.workers) == (9002, 3)
+    assert settings.data_dir == tmp_path and settings.redis_url == "redis://h:1/0"
+    assert settings_from(build_parser().parse_args(["api"])).port == 9001
+
+
+def test_version_and_required_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and "rbfkm" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize("command", ["api", "worker"])
+def test_halves_need_redis_url(monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    for name in ("REDIS_URL", "RBFKM_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(ROOT / "tests")  # no .env here
+    with pytest.raises(SystemExit) as info:
+        main([command])
+    assert "REDIS_URL is not set" in str(info.value.code)
+
+
+def test_embedded_redis_persists_and_stops(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path)
+    with server:
+        client = redis.Redis.from_url(server.url)
+        client.set("k", "v")
+        client.close()
+    assert server.process is None
+    assert list((tmp_path / "redis").rglob("*.aof*")), "AOF files under {data_dir}/redis"
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(server.url, socket_connect_timeout=1).ping()
+    with EmbeddedRedis(tmp_path, port=free_port()) as again:
+        assert redis.Redis.from_url(again.url).get("k") == b"v", "data survives a restart"
+
+
+# ---- real processes ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """`rbfkm serve` with the embedded Redis and one CPU worker."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = clean_env(
+        tmp_path, RBFKM_WORKERS="1", RBFKM_DEVICE="cpu", RBFKM_DATA_DIR=str(tmp_path / "d")
+    )
+    proc = start(["serve", "--port", str(port)], log, env)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base_url, proc, log, timeout_s=120)
+        yield base_url, proc, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_runs_everything_and_shuts_down_cleanly(
+    served: tuple[str, subprocess.Popen[bytes], Path], tmp_path: Path
+) -> None:
+    base_url, proc, log = served
+    output = log.read_text()
+    assert f"rbfkm API on {base_url}" in output
+    redis_url = re.search(r"embedded Redis on (redis://\S+)", output).group(1)  # type: ignore[union-attr]
+    result = run_tiny_job(base_url)
+    assert sorted(map(tuple, result["centroids"]))[0][0] == pytest.approx(0.05, abs=1e-3)
+    if shutil.which("curl") and shutil.which("jq"):
+        session = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", curl_session()],
+            cwd=tmp_path,
+            env={**os.environ, "BASE": base_url},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert session.returncode == 0, session.stdout + session.stderr
+        assert '"labels":[' in session.stdout and "succeeded" in session.stdout
+    assert stop(proc, log) == 0, log.read_text()
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
+    assert (tmp_path / "d" / "redis").is_dir()
+
+
+def test_api_and_worker_as_separate_processes(redis_client: redis.Redis, redis_server: str,
+                                              tmp_path: Path) -> None:  # fmt: skip
+    port = free_port()
+    env = clean_env(tmp_path, REDIS_URL=redis_server, RBFKM_DATA_DIR=str(tmp_path / "shared"),
+                    RBFKM_DEVICE="cpu")  # fmt: skip
+    api_log, worker_log = tmp_path / "api.log", tmp_path / "worker.log"
+    api = start(["api", "--port", str(port)], api_log, env)
+    worker = start(["worker"], worker_log, env)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base_url, api, api_log, timeout_s=120)
+        assert run_tiny_job(base_url)["n_iter"] >= 1
+    finally:
+        assert stop(worker, worker_log) == 0, worker_log.read_text()
+        assert stop(api, api_log) == 0, api_log.read_text()
+    assert Settings(REDIS_URL=redis_server).redis_url == redis_server
