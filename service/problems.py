@@ -42,6 +42,16 @@ class ProblemError(Exception):
         self.headers = headers or {}
 
 
+def not_found(resource: str, ident: str) -> ProblemError:
+    """The 404 of an unknown `resource` ("dataset", "job") addressed by the path."""
+    return ProblemError(
+        404,
+        f"no {resource} {ident!r} (it may have been deleted or expired)",
+        kind=f"{resource}-not-found",
+        errors=[(f"path.{resource}_id", f"unknown {resource}")],
+    )
+
+
 def problem_body(
     status: int,
     detail: str,
@@ -130,8 +140,33 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _document_problems(app: FastAPI) -> None:
+    """Make the OpenAPI document say what is sent: every 4xx/5xx is problem+json."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build()
+        problem_ref = {"$ref": "#/components/schemas/Problem"}
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for code, response in operation.get("responses", {}).items():
+                    if code[:1] not in ("4", "5"):
+                        continue
+                    response["content"] = {PROBLEM_JSON: {"schema": problem_ref}}
+        components = schema.get("components", {}).get("schemas", {})
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install_problem_handlers(app: FastAPI) -> None:
-    """Render every error of `app` as problem+json."""
+    """Render every error of `app` as problem+json (and document it so)."""
+    _document_problems(app)
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.datasets import media_type
 from service.deps import Datasets, require_api_key
-from service.problems import ProblemError
+from service.problems import not_found
 from service.routes.bodies import DATASET_BODY, problems
 from service.schemas import Dataset, DatasetList
 
@@ -17,21 +17,11 @@ router = APIRouter(
     prefix="/v1/datasets",
     tags=["datasets"],
     dependencies=[Depends(require_api_key)],
-    responses=problems(401),
+    responses=problems(401, 422),
 )
 
 Offset = Annotated[int, Query(ge=0, description="Items to skip.")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
-
-
-def not_found(dataset_id: str) -> ProblemError:
-    """The 404 of an unknown dataset."""
-    return ProblemError(
-        404,
-        f"no dataset {dataset_id!r} (it may have been deleted or expired)",
-        kind="dataset-not-found",
-        errors=[("path.dataset_id", "unknown dataset")],
-    )
 
 
 @router.post(
@@ -76,7 +66,7 @@ def list_datasets(datasets: Datasets, offset: Offset = 0, limit: Limit = 50) -> 
 def get_dataset(dataset_id: str, datasets: Datasets) -> dict:
     meta = datasets.get(dataset_id)
     if meta is None:
-        raise not_found(dataset_id)
+        raise not_found("dataset", dataset_id)
     return meta
 
 
@@ -85,5 +75,5 @@ def get_dataset(dataset_id: str, datasets: Datasets) -> dict:
 )
 def delete_dataset(dataset_id: str, datasets: Datasets) -> Response:
     if not datasets.delete(dataset_id):
-        raise not_found(dataset_id)
+        raise not_found("dataset", dataset_id)
     return Response(status_code=204)

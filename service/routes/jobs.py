@@ -14,7 +14,7 @@ from service.datasets import media_type, parsed_upload
 from service.deps import Datasets, Idempotency, Principal, Queue, Results, require_api_key
 from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint
-from service.problems import ProblemError
+from service.problems import ProblemError, not_found
 from service.routes.bodies import DATASET_BODY, problems
 from service.schemas import (
     RESULT_PARTS,
@@ -31,7 +31,7 @@ router = APIRouter(
     prefix="/v1/jobs",
     tags=["jobs"],
     dependencies=[Depends(require_api_key)],
-    responses=problems(401),
+    responses=problems(401, 422),
 )
 
 NPZ = "application/x-npz"
@@ -40,19 +40,10 @@ UNFINISHED = ("queued", "running")
 Offset = Annotated[int, Query(ge=0, description="Items (rows) to skip.")]
 
 
-def _job_not_found(job_id: str) -> ProblemError:
-    return ProblemError(
-        404,
-        f"no job {job_id!r} (it may have been deleted or expired)",
-        kind="job-not-found",
-        errors=[("path.job_id", "unknown job")],
-    )
-
-
 def _job_or_404(queue: Any, job_id: str) -> dict[str, Any]:
     job = queue.get(job_id)
     if job is None:
-        raise _job_not_found(job_id)
+        raise not_found("job", job_id)
     return job
 
 

@@ -103,6 +103,10 @@ def test_openapi_documents_the_api_with_examples(client: TestClient) -> None:
     assert {"application/json", "text/csv", "application/x-npy"} <= set(body)
     schemas = doc["components"]["schemas"]
     assert schemas["JobCreate"]["examples"] and schemas["Problem"]["examples"]
+    assert "HTTPValidationError" not in schemas, "validation errors are problems too"
+    errors = paths["/v1/jobs/{job_id}"]["get"]["responses"]
+    for status in ("401", "404", "422"):
+        assert list(errors[status]["content"]) == [PROBLEM], status
 
 
 def test_unknown_route_and_method_are_problems(client: TestClient) -> None:
@@ -230,7 +234,9 @@ def test_job_is_accepted_and_polled(client: TestClient) -> None:
 
 def test_job_validation_against_the_dataset(client: TestClient) -> None:
     meta = upload(client)
-    body = assert_problem(client.post("/v1/jobs", json={"dataset_id": "nope", "n_clusters": 2}), 422)
+    body = assert_problem(
+        client.post("/v1/jobs", json={"dataset_id": "nope", "n_clusters": 2}), 422
+    )
     assert body["errors"][0]["field"] == "body.dataset_id"
     body = assert_problem(
         client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 31}), 422
@@ -249,7 +255,9 @@ def test_job_validation_against_the_dataset(client: TestClient) -> None:
         422,
     )
     assert {e["field"] for e in body["errors"]} == {"body.n_clusters", "body.cooling"}
-    assert_problem(client.post("/v1/jobs", content=b"{", headers={"Content-Type": "application/json"}), 422)
+    assert_problem(
+        client.post("/v1/jobs", content=b"{", headers={"Content-Type": "application/json"}), 422
+    )
 
 
 def test_unfinished_job_has_no_result(client: TestClient) -> None:
@@ -259,9 +267,7 @@ def test_unfinished_job_has_no_result(client: TestClient) -> None:
         response = client.get(f"/v1/jobs/{job['id']}/{path}")
         assert "queued" in assert_problem(response, 409)["detail"]
         assert response.headers["retry-after"] == "1"
-    predict = client.post(
-        f"/v1/jobs/{job['id']}/predict", json={"data": [[0, 0]]}
-    )
+    predict = client.post(f"/v1/jobs/{job['id']}/predict", json={"data": [[0, 0]]})
     assert_problem(predict, 409)
     assert_problem(client.get(f"/v1/jobs/{job['id']}/result", params={"include": "bogus"}), 422)
     for path in ("", "/result", "/assignments"):
