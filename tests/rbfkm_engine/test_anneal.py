@@ -1,0 +1,200 @@
+"""Temperature schedule and critical temperature: merged just above, split just below."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rbfkm_engine.anneal import (
+    critical_temperature,
+    geometric_schedule,
+    largest_eigenvalue,
+    weighted_covariance,
+)
+from rbfkm_engine.assign import responsibilities
+
+
+def anisotropic_data(n: int = 400, seed: int = 0) -> torch.Tensor:
+    """Gaussian data with a clear top principal axis (variances about 4 and 1), rotated."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2)) * np.array([2.0, 1.0])
+    angle = 0.6
+    rot = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+    return torch.from_numpy(X @ rot.T + np.array([3.0, -1.0]))
+
+
+def fixed_point(
+    X: torch.Tensor, C: torch.Tensor, sigma: float, assignment: str, iterations: int
+) -> torch.Tensor:
+    """Iterate ``C <- R^T X / R^T 1`` with the engine's map at a fixed temperature."""
+    for _ in range(iterations):
+        D = torch.cdist(X, C) ** 2
+        R = responsibilities(D, sigma, assignment).responsibilities
+        R = R if isinstance(R, torch.Tensor) else R.to_dense()
+        C = (R.T @ X) / R.sum(dim=0).unsqueeze(1)
+    return C
+
+
+def spread(C: torch.Tensor) -> float:
+    return float((C - C.mean(dim=0)).norm(dim=1).max())
+
+
+# ------------------------------------------------------------------ critical temperature
+
+
+def test_weighted_covariance_matches_numpy() -> None:
+    X = anisotropic_data()
+    w = torch.from_numpy(np.random.default_rng(1).uniform(0.0, 3.0, X.shape[0]))
+    np.testing.assert_allclose(
+        weighted_covariance(X).numpy(), np.cov(X.numpy().T, bias=True), rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        weighted_covariance(X, w).numpy(),
+        np.cov(X.numpy().T, aweights=w.numpy(), bias=True),
+        rtol=1e-10,
+    )
+    # float32 input: accumulated in float64, still accurate far from the origin.
+    X32 = (X + 1e4).float()
+    np.testing.assert_allclose(
+        weighted_covariance(X32).numpy(), np.cov(X32.double().numpy().T, bias=True), rtol=1e-6
+    )
+
+
+def test_integer_weights_equal_repeated_rows() -> None:
+    X = anisotropic_data(60)
+    w = torch.from_numpy(np.random.default_rng(2).integers(1, 4, 60)).double()
+    repeated = X.repeat_interleave(w.long(), dim=0)
+    torch.testing.assert_close(weighted_covariance(X, w), weighted_covariance(repeated))
+
+
+@pytest.mark.parametrize("d", (1, 3, 50))
+def test_largest_eigenvalue_small(d: int) -> None:
+    A = torch.randn(d + 5, d, generator=torch.Generator().manual_seed(d), dtype=torch.float64)
+    cov = A.T @ A
+    assert largest_eigenvalue(cov) == pytest.approx(float(torch.linalg.eigvalsh(cov)[-1]))
+    assert largest_eigenvalue(torch.zeros(d, d, dtype=torch.float64)) == 0.0
+
+
+@pytest.mark.parametrize("top_direction", ("generic", "orthogonal_to_ones"))
+def test_largest_eigenvalue_large_dimension(top_direction: str) -> None:
+    # Above 2048 features the engine switches to an iterative method; it must still find
+    # the top eigenvalue, whatever the direction of its eigenvector.
+    d = 2100
+    diag = torch.full((d,), 0.1, dtype=torch.float64)
+    cov = torch.diag(diag)
+    if top_direction == "generic":
+        cov[0, 0] = 5.0
+    else:
+        # Top eigenvector (e0 - e1) / sqrt(2): anti-correlated features, eigenvalue 10.
+        cov[0, 0] = cov[1, 1] = 5.0
+        cov[0, 1] = cov[1, 0] = -5.0
+    expected = 5.0 if top_direction == "generic" else 10.0
+    assert largest_eigenvalue(cov) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("lam", (0.0, 0.5, 3.0))
+@pytest.mark.parametrize("k", (1, 2, 5, 16))
+def test_critical_temperature_formula(lam: float, k: int) -> None:
+    assert critical_temperature(lam, k, "softmax") == pytest.approx(2.0 * lam)
+    assert critical_temperature(lam, k, "entmax15") == pytest.approx(2.0 * math.sqrt(k) * lam)
+
+
+def test_critical_temperature_rejects_hard() -> None:
+    with pytest.raises(ValueError, match="assignment"):
+        critical_temperature(1.0, 3, "hard")
+
+
+@pytest.mark.parametrize(
+    ("assignment", "k"), [("softmax", 2), ("softmax", 3), ("entmax15", 2), ("entmax15", 3)]
+)
+def test_merged_just_above_split_just_below(assignment: str, k: int) -> None:
+    X = anisotropic_data()
+    lam = largest_eigenvalue(weighted_covariance(X))
+    tc = critical_temperature(lam, k, assignment)
+    gen = torch.Generator().manual_seed(k)
+    start = X.mean(dim=0) + 1e-3 * torch.randn(k, 2, generator=gen, dtype=torch.float64)
+
+    above = fixed_point(X, start, 1.1 * tc, assignment, iterations=300)
+    below = fixed_point(X, start, 0.9 * tc, assignment, iterations=300)
+
+    assert spread(above) < 1e-6, f"sigma = 1.1 Tc: centres did not merge ({spread(above):.3g})"
+    assert spread(below) > 0.1 * math.sqrt(lam), (
+        f"sigma = 0.9 Tc: centres did not split ({spread(below):.3g})"
+    )
+    torch.testing.assert_close(above.mean(dim=0), X.mean(dim=0), atol=1e-6, rtol=0)
+
+
+def test_entmax_splits_later_than_softmax_tc_suggests() -> None:
+    # The k-dependence is real: at 1.1 x the softmax Tc (below entmax15's 2 sqrt(k) lambda)
+    # entmax15 centres already split.
+    X = anisotropic_data()
+    lam = largest_eigenvalue(weighted_covariance(X))
+    start = X.mean(dim=0) + 1e-3 * torch.randn(
+        4, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    C = fixed_point(X, start, 1.1 * critical_temperature(lam, 4, "softmax"), "entmax15", 300)
+    assert spread(C) > 0.1 * math.sqrt(lam)
+
+
+def test_weighted_critical_temperature() -> None:
+    # Weights that stretch the data along its minor axis move Tc with them.
+    X = anisotropic_data()
+    w = 1.0 + 20.0 * (X[:, 1] - X[:, 1].mean()).abs()
+    lam_w = largest_eigenvalue(weighted_covariance(X, w))
+    assert lam_w != pytest.approx(largest_eigenvalue(weighted_covariance(X)), rel=1e-3)
+    repeated_lam = largest_eigenvalue(weighted_covariance(X.repeat(2, 1), w.repeat(2)))
+    assert lam_w == pytest.approx(repeated_lam)
+
+
+# --------------------------------------------------------------------------------- schedule
+
+
+def test_geometric_schedule_basic() -> None:
+    assert geometric_schedule(8.0, 1.0, 0.5) == pytest.approx([8.0, 4.0, 2.0, 1.0])
+    s = geometric_schedule(10.0, 0.3, 0.5)
+    assert s[0] == 10.0 and s[-1] == 0.3
+    np.testing.assert_allclose(np.array(s[1:-1]) / np.array(s[:-2]), 0.5)
+    assert geometric_schedule(1.0, 2.0, 0.5) == [1.0]
+    assert geometric_schedule(1.0, 1.0, 0.5) == [1.0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sigma0=st.floats(1e-6, 1e6),
+    ratio=st.floats(1e-12, 0.999),
+    cooling=st.floats(0.05, 0.99),
+)
+def test_geometric_schedule_properties(sigma0: float, ratio: float, cooling: float) -> None:
+    sigma_min = sigma0 * ratio
+    s = geometric_schedule(sigma0, sigma_min, cooling)
+    assert s[0] == sigma0
+    assert s[-1] == pytest.approx(sigma_min, rel=1e-12)
+    assert all(b < a for a, b in itertools.pairwise(s)), "temperatures must strictly decrease"
+    ratios = np.array(s[1:]) / np.array(s[:-1])
+    np.testing.assert_allclose(ratios[:-1], cooling, rtol=1e-9)
+    # The last step is at most one cooling step, and a real step.
+    assert cooling * (1 - 1e-9) <= ratios[-1] < 1.0 - 1e-9
+
+
+@pytest.mark.parametrize(("cooling", "power"), [(0.9, 4), (0.1, 5), (0.5, 29), (0.8, 10)])
+def test_schedule_ending_on_an_exact_power_has_no_repeat(cooling: float, power: int) -> None:
+    s = geometric_schedule(1.0, cooling**power, cooling)
+    assert len(s) == power + 1, s[-3:]
+
+
+@pytest.mark.parametrize("cooling", (0.0, 1.0, -0.5, 1.5))
+def test_schedule_rejects_bad_cooling(cooling: float) -> None:
+    with pytest.raises(ValueError, match="cooling"):
+        geometric_schedule(1.0, 0.1, cooling)
+
+
+@pytest.mark.parametrize(("sigma0", "sigma_min"), [(0.0, 0.1), (1.0, 0.0), (-1.0, 0.1)])
+def test_schedule_rejects_nonpositive_temperatures(sigma0: float, sigma_min: float) -> None:
+    with pytest.raises(ValueError, match="sigma"):
+        geometric_schedule(sigma0, sigma_min, 0.5)
