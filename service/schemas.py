@@ -113,6 +113,7 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [
                 {

@@ -260,6 +260,25 @@ def test_job_validation_against_the_dataset(client: TestClient) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"dataset_id": "d", "n_clusters": 1, "tol": NaN}',
+        b'{"dataset_id": "d", "n_clusters": 1, "init": [[Infinity]]}',
+        b'{"dataset_id": "d", "n_clusters": 1e400}',
+        b"[1, 2]",
+        b'"text"',
+    ],
+)
+def test_odd_job_bodies_are_422_not_500(client: TestClient, raw: bytes) -> None:
+    response = client.post(
+        "/v1/jobs",
+        content=raw,
+        headers={"Content-Type": "application/json", "Idempotency-Key": "o"},
+    )
+    assert_problem(response, 422)
+
+
 def test_unfinished_job_has_no_result(client: TestClient) -> None:
     meta = upload(client)
     job = client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 2}).json()

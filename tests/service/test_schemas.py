@@ -73,6 +73,13 @@ def test_good_parameters_pass(field: str, value: object) -> None:
     assert JobCreate(**{**BASE, field: value}).engine_params()[field] == value
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_numbers_are_rejected(bad: float) -> None:
+    for field, value in (("tol", bad), ("sigma0", bad), ("init", [[bad, 0.0]])):
+        with pytest.raises(ValidationError):
+            JobCreate(**{**BASE, "n_clusters": 1, field: value})
+
+
 def test_init_array_must_be_k_rows_of_equal_width() -> None:
     ok = JobCreate(**BASE, init=[[0, 0], [1, 1], [2, 2]])
     assert ok.engine_params()["init"] == [[0, 0], [1, 1], [2, 2]]
