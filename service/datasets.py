@@ -159,7 +159,7 @@ def parse_json(path: Path) -> Parsed:
     try:
         with path.open("rb") as fh:
             body = json.load(fh)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise _invalid(f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict) or "data" not in body:
         raise _invalid('the JSON body must be an object {"data": [[...], ...], "name": ...}')
@@ -190,7 +190,11 @@ def parse_json(path: Path) -> Parsed:
                     f"row {i}, column {j} is {value!r}; values must be numbers",
                     field=f"body.data[{i}][{j}]",
                 )
-    return Parsed(np.array(rows, dtype=np.float64), name=name)
+    try:
+        array = np.array(rows, dtype=np.float64)
+    except OverflowError:
+        raise _invalid("a value is too large for a 64-bit float") from None
+    return Parsed(array, name=name)
 
 
 def _is_number(text: str) -> bool:
@@ -201,22 +205,24 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _first_line(path: Path) -> tuple[str, int]:
+    """The first non-blank line and how many lines it takes to get past it."""
+    with path.open("r", encoding="utf-8-sig", newline="") as fh:
+        for count, line in enumerate(fh, start=1):
+            if line.strip():
+                return line, count
+    return "", 0
+
+
 def parse_csv(path: Path) -> Parsed:
     """Comma-separated numbers; a first row with any non-number is taken as a header."""
-    with path.open("r", encoding="utf-8-sig", newline="") as fh:
-        first = ""
-        for line in fh:
-            if line.strip():
-                first = line
-                break
+    try:
+        first, lines = _first_line(path)
+    except UnicodeDecodeError as exc:
+        raise _invalid(f"the CSV is not UTF-8 text: {exc}") from None
     fields = [field.strip() for field in first.split(",")]
-    header = not all(_is_number(field) for field in fields if field) or "" in fields
-    skip = 0
-    if header:
-        with path.open("r", encoding="utf-8-sig", newline="") as fh:
-            for skip, line in enumerate(fh, start=1):  # noqa: B007 - the line count is the result
-                if line.strip():
-                    break
+    header = any(field and not _is_number(field) for field in fields)
+    skip = lines if header else 0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "no data": reported below

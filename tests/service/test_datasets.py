@@ -100,6 +100,10 @@ def test_json_rows_and_name(tmp_path: Path) -> None:
         (b'{"data": [[]]}', "at least 1 row and 1 column"),
         (b'{"data": [[1]], "extra": 1}', "unknown fields"),
         (b'{"data": [[1]], "name": 5}', "name must be a string"),
+        (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
+        (b'{"data": [[1e999999]]}', "row 0, column 0"),
+        (b'{"data": [[' + b"9" * 400 + b"]]}", "too large"),
+        (b"\xff\xfe{}", "not valid JSON"),
     ],
 )
 def test_json_rejections_say_where(tmp_path: Path, body: bytes, needle: str) -> None:
@@ -131,6 +135,9 @@ def test_csv_single_column(tmp_path: Path) -> None:
         (b"a,b\n", "no data rows"),
         (b"1,2\nnan,4\n", "row 1, column 0"),
         (b"1,2\n3,inf\n", "row 1, column 1"),
+        (b"1,,2\n3,4,5\n", "not numeric"),
+        (b"\xff\xfe1,2\n", "not UTF-8"),
+        (b"\n\n", "at least 1 row"),
     ],
 )
 def test_csv_rejections(tmp_path: Path, body: bytes, needle: str) -> None:
