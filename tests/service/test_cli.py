@@ -210,3 +210,10 @@ def test_api_and_worker_as_separate_processes(redis_client: redis.Redis, redis_s
         assert stop(worker, worker_log) == 0, worker_log.read_text()
         assert stop(api, api_log) == 0, api_log.read_text()
     assert Settings(REDIS_URL=redis_server).redis_url == redis_server
+
+
+def test_every_setting_is_documented() -> None:
+    text = SERVICE_DOC.read_text()
+    for name, field in Settings.model_fields.items():
+        variable = "REDIS_URL" if name == "redis_url" else f"RBFKM_{name.upper()}"
+        assert f"| `{variable}`" in text, f"{variable} ({field.description}) is not in the table"
