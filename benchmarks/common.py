@@ -251,11 +251,30 @@ def best_time(fn: Callable[[], Any], repeats: int, device: str = "cpu") -> float
     return min(timed(fn, device)[0] for _ in range(max(1, repeats)))
 
 
+def engine_chunk_rows(k: int, d: int, itemsize: int, device: str = "cpu") -> int | None:
+    """Rows per block that ``RBFKMeans.fit`` uses by default (None without the engine).
+
+    The memory-budget size (``chunk_size_for``), capped by the cache-sized block
+    (``cache_chunk_size``) where the engine has one, as ``RBFKMeans`` picks it.
+    """
+    try:
+        import torch
+
+        from rbfkm_engine import distances as dist
+    except ImportError:
+        return None
+    rows = dist.chunk_size_for(k, d, itemsize)
+    cache = getattr(dist, "cache_chunk_size", None)
+    if cache is not None:
+        rows = min(rows, cache(k, torch.device(device), itemsize))
+    return int(rows)
+
+
 def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict[str, Any]:
     """GFLOP/s of a plain ``torch.matmul`` (n x d @ d x k) and of the engine's distance step.
 
     The engine's step is what its fit does per iteration: ``squared_distances`` over the
-    row chunks its memory budget gives (``chunk_size_for``), with ||x||^2 precomputed.
+    row chunks ``RBFKMeans`` uses (``engine_chunk_rows``), with ||x||^2 precomputed.
     """
     import torch
 
@@ -272,11 +291,11 @@ def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict
         "engine_s": None,
         "engine_gflops": None,
     }
-    try:
-        from rbfkm_engine import distances as dist
-    except ImportError:
+    chunk = engine_chunk_rows(k, d, X.element_size(), str(X.device))
+    if chunk is None:
         return out
-    chunk = dist.chunk_size_for(k, d, X.element_size())
+    from rbfkm_engine import distances as dist
+
     x_sq = dist.squared_norms(X)
 
     def engine_step() -> None:

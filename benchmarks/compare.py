@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny sizes, finishes in under a minute")
     p.add_argument("--threads", type=int, default=2, help="threads for every library (2)")
-    p.add_argument("--seeds", type=int, default=None, help="quality seeds (10; 3 with --quick)")
+    p.add_argument("--seeds", type=int, default=None, help="quality seeds (10; 2 with --quick)")
     p.add_argument("--iters", type=int, default=None, help="speed iterations (20; 5 with --quick)")
     p.add_argument("--repeats", type=int, default=None, help="timed speed runs (3; 1 with --quick)")
     p.add_argument(
@@ -252,21 +252,22 @@ def quality_part(common: Any, ds: Any, methods: list[str], seeds: int) -> dict[s
 
 
 def memory_bound(common: Any, ds: Any) -> dict[str, int]:
-    """Target (d): 2 x size of X + centroid buffers + the engine's chunk buffers."""
-    _n, d, k = ds.shape
-    item = ds.X.itemsize
-    try:
-        from rbfkm_engine import distances as dist
+    """Target (d): 2 x size of X + centroid buffers + the engine's chunk buffers.
 
-        rows = dist.chunk_size_for(k, d, item)
-        chunk = rows * item * (4 * k + d)
-    except ImportError:
-        chunk = 0
+    Chunk buffers: the rows per block ``RBFKMeans`` uses times the ``4 k + d`` values per
+    row that ``rbfkm_engine.distances.chunk_size_for`` accounts for (distances, scores,
+    responsibilities and a weighted-points row).
+    """
+    _, d, k = ds.shape
+    item = ds.X.itemsize
+    rows = common.engine_chunk_rows(k, d, item) or 0
+    chunk = rows * item * (4 * k + d)
     # centroids, their float64 accumulators (sum R^T w x, previous centroids) and the counts
     centroid = 4 * k * d * 8 + 4 * k * 8
     return {
         "x_bytes": int(ds.X.nbytes),
         "centroid_bytes": centroid,
+        "chunk_rows": rows,
         "chunk_bytes": int(chunk),
         "bound": int(2 * ds.X.nbytes + centroid + chunk),
     }
@@ -413,6 +414,7 @@ def print_dataset(common: Any, ds: Any, res: dict[str, Any], args: argparse.Name
     print(
         f"-- memory bound (d): 2 x X ({b['x_bytes'] / MIB:.1f} MiB) + centroids "
         f"{b['centroid_bytes'] / MIB:.2f} MiB + chunk buffers {b['chunk_bytes'] / MIB:.1f} MiB "
+        f"({b['chunk_rows']} rows) "
         f"= {b['bound'] / MIB:.1f} MiB"
     )
     if res.get("quality"):
@@ -482,7 +484,7 @@ def print_targets(checks: list[dict[str, Any]], quick: bool) -> dict[str, bool |
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print (and optionally write) the figures."""
     args = parse_args(argv)
-    args.seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
+    args.seeds = args.seeds if args.seeds is not None else (2 if args.quick else 10)
     args.iters = args.iters if args.iters is not None else (5 if args.quick else 20)
     args.repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     sys.path.insert(0, str(REPO))
