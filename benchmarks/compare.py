@@ -69,6 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="which speed runs get a peak-memory subprocess (all)",
     )
     p.add_argument("--no-quality", action="store_true", help="skip the multi-seed quality part")
+    p.add_argument(
+        "--quality-budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="per data set: start no new seed after S seconds of quality runs (no limit)",
+    )
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write all figures")
     return p.parse_args(argv)
 
@@ -210,13 +217,23 @@ def memory_part(
     return results
 
 
-def quality_part(common: Any, ds: Any, methods: list[str], seeds: int) -> dict[str, Any]:
-    """Own init and defaults, over seeds (interleaved): inertia, wall, ARI, empty clusters."""
+def quality_part(
+    common: Any, ds: Any, methods: list[str], seeds: int, budget_s: float | None = None
+) -> dict[str, Any]:
+    """Own init and defaults, over seeds (interleaved): inertia, wall, ARI, empty clusters.
+
+    With ``budget_s``, no new seed starts once that many seconds are spent (every method
+    always has the same seeds).
+    """
     import numpy as np
 
     n_seeds = min(seeds, ds.max_quality_seeds or seeds)
     per: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    deadline = time.perf_counter() + (budget_s if budget_s is not None else math.inf)
     for seed in range(n_seeds):
+        if seed > 0 and time.perf_counter() > deadline:
+            print(f"   (quality: --quality-budget reached after {seed} of {n_seeds} seeds)")
+            break
         for m in methods:
             spec = common.RunSpec(mode="quality", seed=seed)
             wall, out = common.timed(lambda m=m, spec=spec: common.RUNNERS[m](ds.X, ds.k, spec))
@@ -520,12 +537,15 @@ def main(argv: list[str] | None = None) -> int:
             ds = datasets[key]
             C0 = common.initial_centroids(ds.X, ds.k, seed=0)
             res: dict[str, Any] = {"key": key, "shape": list(ds.shape)}
+            progress(ds.name, "speed", started)
             res["speed"] = speed_part(common, ds, methods, C0, args)
             res["distance"] = distance_part(common, ds, C0, args.repeats)
+            progress(ds.name, "memory", started)
             res["memory"] = memory_part(common, ds, methods, C0, args, Path(tmpdir))
             res["memory_bound"] = memory_bound(common, ds)
             if not args.no_quality:
-                res["quality"] = quality_part(common, ds, methods, args.seeds)
+                progress(ds.name, "quality", started)
+                res["quality"] = quality_part(common, ds, methods, args.seeds, args.quality_budget)
             res["ratios"] = ratios(common, res)
             res["checks"] = judge(common, ds, res)
             checks += res["checks"]
@@ -544,6 +564,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.json}")
     del limiter
     return 0
+
+
+def progress(name: str, part: str, started: float) -> None:
+    """A progress line on stderr (the tables go to stdout)."""
+    print(f"[{time.perf_counter() - started:7.1f}s] {name}: {part}", file=sys.stderr, flush=True)
 
 
 def _jsonable(obj: Any) -> Any:
