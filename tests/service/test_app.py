@@ -22,7 +22,8 @@ from tests.service.conftest import blobs, make_settings, npy_bytes
 
 PROBLEM = "application/problem+json"
 X = blobs(30, 2, 3)
-SPEC_DATASET_FIELDS = set(["id", "name", "n_samples", "n_features", "dtype", "sha256", "size_bytes", "created_at"])
+SPEC_DATASET_FIELDS = {"id", "name", "n_samples", "n_features", "dtype", "sha256", "size_bytes"}
+SPEC_DATASET_FIELDS.add("created_at")
 
 
 def assert_problem(response, status: int) -> dict:  # type: ignore[no-untyped-def]
