@@ -1,7 +1,8 @@
 """The worker: claims jobs, runs ``RBFKMeans`` fits, reports progress, stores results.
 
 One job per device at a time: a worker holds an OS file lock on its device (in the local
-temp directory, so it is per machine) from before it claims a job until the job is done;
+temp directory, so it is per machine, and named after the deployment: key prefix and data
+directory) from before it claims a job until the job is done;
 several worker processes on one GPU therefore take turns, and a worker that waits for the
 device does not hold a job meanwhile. While a job runs, a background thread renews the
 lease every ``lease_s / 3`` (so jobs longer than the reclaim window keep their lease) and
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -74,10 +76,13 @@ def _cuda_count() -> int:
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is present, else ``cpu``; anything else as given."""
+    """``auto`` -> ``cuda:0`` when a GPU is present, else ``cpu``; ``cuda`` -> ``cuda:0``.
+
+    One spelling per device, so the per-device lock is the same whatever was configured.
+    """
     if device == "auto":
-        return "cuda" if _cuda_count() else "cpu"
-    return device
+        return "cuda:0" if _cuda_count() else "cpu"
+    return "cuda:0" if device == "cuda" else device
 
 
 def is_valid_device(device: str) -> bool:
@@ -108,12 +113,19 @@ def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class DeviceLock:
-    """An exclusive per-machine lock on one device, held while a job runs on it."""
+    """An exclusive per-machine lock on one device, held while a job runs on it.
 
-    def __init__(self, device: str, lock_dir: Path | str | None = None) -> None:
+    The lock file lives in a local directory (the temp dir by default, never the shared
+    data dir: each machine has its own devices). ``scope`` names the deployment, so the
+    workers of one service take turns on a device while an unrelated one (another data dir
+    or key prefix, a test run) is not blocked by them.
+    """
+
+    def __init__(self, device: str, lock_dir: Path | str | None = None, scope: str = "") -> None:
         directory = Path(lock_dir) if lock_dir is not None else Path(tempfile.gettempdir())
         name = re.sub(r"[^A-Za-z0-9]+", "_", device)
-        self.path = directory / f"rbfkm-device-{name}.lock"
+        tag = hashlib.sha1(scope.encode()).hexdigest()[:12]
+        self.path = directory / f"rbfkm-{tag}-device-{name}.lock"
         self._fd: int | None = None
 
     def acquire(self, timeout_s: float) -> bool:
@@ -211,12 +223,15 @@ class Worker:
         self.results = results
         self.load_dataset = load_dataset
         self.device = resolve_device(device)
+        if not is_valid_device(self.device):
+            raise ValueError(f"device {device!r} is not available here: use auto, cpu or cuda:N")
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else queue.lease_s / 3
         self.poll_s = poll_s
         self.progress_interval_s = progress_interval_s
         self.estimator = estimator
-        self.device_lock = DeviceLock(self.device, lock_dir)
+        scope = f"{queue.prefix}@{results.root.resolve()}"
+        self.device_lock = DeviceLock(self.device, lock_dir, scope=scope)
         self.purge_every_s = purge_every_s
         self._stop: threading.Event | None = None  # set by run(): hand the job back
 
@@ -367,17 +382,31 @@ def _device_for(settings: Settings, index: int) -> str:
     return f"cuda:{index % count}" if count else "cpu"
 
 
+def _stop_when_orphaned(parent_pid: int, stop: threading.Event, every_s: float = 1.0) -> None:
+    """Set ``stop`` once the parent is gone (a spawned worker must not outlive its server)."""
+
+    def watch() -> None:
+        while not stop.wait(every_s):
+            if os.getppid() != parent_pid:
+                log.warning("parent process %d is gone; worker stopping", parent_pid)
+                stop.set()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def run_worker_process(
     settings: Settings | Mapping[str, Any] | None = None,
     index: int = 0,
     *,
     estimator: Callable[..., Any] | None = None,
     stop: threading.Event | None = None,
+    parent_pid: int | None = None,
 ) -> None:
     """Entry point of a worker process (``rbfkm worker``): settings from the argument or env.
 
     Builds its own Redis client, queue, result store and dataset loader, and runs until
-    SIGTERM or SIGINT (a running job stops at its next iteration and is handed back).
+    SIGTERM or SIGINT (a running job stops at its next iteration and is handed back), or
+    until ``parent_pid`` (set by :func:`spawn_workers`) is no longer its parent.
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -390,6 +419,8 @@ def run_worker_process(
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
+    if parent_pid is not None:
+        _stop_when_orphaned(parent_pid, stop)
     client = redis.Redis.from_url(config.redis_url, health_check_interval=30)
     try:
         worker = Worker(
@@ -419,7 +450,7 @@ def spawn_workers(
         process = context.Process(
             target=run_worker_process,
             args=(payload, index),
-            kwargs={"estimator": estimator},
+            kwargs={"estimator": estimator, "parent_pid": os.getpid()},
             name=f"rbfkm-worker-{index}",
             daemon=daemon,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import redis
+import torch
 
 from rbfkm_engine import RBFKMeans
 from service.queue import JobQueue
@@ -350,9 +352,12 @@ def test_device_lock_allows_one_job_per_device(
     queue: JobQueue, make_worker: Callable[..., Worker], data_dir: Path
 ) -> None:
     job_id = queue.submit("ds", PARAMS)["id"]
-    other = DeviceLock("cpu", data_dir)
-    assert other.acquire(0)
     worker = make_worker(queue)
+    unrelated = DeviceLock("cpu", data_dir, scope="another deployment")
+    assert unrelated.acquire(0)  # does not block this deployment's workers
+    unrelated.release()
+    other = DeviceLock("cpu", data_dir, scope=f"{queue.prefix}@{worker.results.root.resolve()}")
+    assert other.acquire(0)
     assert worker.run_once(block_ms=200) is None
     assert _status(queue, job_id) == "queued"  # it did not take the job while waiting
     other.release()
@@ -366,6 +371,15 @@ def test_job_device_and_engine_params() -> None:
     assert job_device({"device": "bogus"}, "cpu") == "cpu"
     assert job_device({"device": "cuda:99"}, "cpu") == "cpu"
     assert engine_params({"n_clusters": 3, "device": "cpu", "sigma0": None}) == {"n_clusters": 3}
+
+
+def test_worker_refuses_a_device_it_does_not_have(
+    queue: JobQueue, make_worker: Callable[..., Worker]
+) -> None:
+    for device in ("cuda:99", "tpu", ""):
+        with pytest.raises(ValueError, match="not available"):
+            make_worker(queue, device=device)
+    assert make_worker(queue, device="auto").device in ("cpu", "cuda:0")
 
 
 def test_unavailable_job_device_falls_back(
@@ -412,6 +426,21 @@ def test_stopping_worker_hands_its_job_back(
     assert not results.exists(job_id)
     assert make_worker(queue).run_once(block_ms=200) == job_id
     assert _status(queue, job_id) == "succeeded"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_device_runs_on_the_gpu(
+    queue: JobQueue, make_worker: Callable[..., Worker], results: ResultStore, data_dir: Path
+) -> None:
+    worker = make_worker(queue, device="auto")
+    assert worker.device == "cuda:0"
+    job_id = queue.submit("ds", PARAMS)["id"]
+    assert worker.run_once(block_ms=200) == job_id
+    assert _status(queue, job_id) == "succeeded"
+    X = np.load(data_dir / "datasets" / "ds.npy")
+    direct = RBFKMeans(**PARAMS, device="cpu").fit(X)
+    assert results.summary(job_id)["inertia"] == pytest.approx(direct.inertia_, rel=1e-4)
 
 
 def _process_settings(redis_server: str, data_dir: Path, **overrides: Any) -> Settings:
@@ -483,4 +512,42 @@ def test_sigterm_stops_a_worker_process_cleanly(
     job = queue.get(job_id)
     assert job is not None
     assert (job["status"], job["attempts"]) == ("queued", 1)  # handed back, not lost
+    assert queue.workers_alive() == 0
+
+
+def _spawn_and_die(settings: Settings, pid_file: str) -> None:
+    """A server that starts a worker, then dies without cleaning up (as under SIGKILL)."""
+    (process,) = spawn_workers(settings, 1)
+    Path(pid_file).write_text(str(process.pid))
+    time.sleep(60)  # killed by the test long before this
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.slow
+def test_orphaned_worker_process_exits(
+    redis_server: str, redis_client: redis.Redis, data_dir: Path, tmp_path: Path
+) -> None:
+    settings = _process_settings(redis_server, data_dir)
+    queue = JobQueue.from_settings(redis_client, settings)
+    pid_file = tmp_path / "worker.pid"
+    server = multiprocessing.get_context("spawn").Process(
+        target=_spawn_and_die, args=(settings, str(pid_file))
+    )
+    server.start()
+    try:
+        _wait_for(lambda: queue.workers_alive() == 1, 120, "the worker to start")
+        worker_pid = int(pid_file.read_text())
+        os.kill(server.pid, signal.SIGKILL)  # no chance to stop its children
+        server.join(timeout=10)
+        _wait_for(lambda: _gone(worker_pid), 30, "the orphaned worker to exit")
+    finally:
+        if server.is_alive():
+            server.kill()
     assert queue.workers_alive() == 0
