@@ -145,6 +145,18 @@ class Service:
             found = re.search(rf"{field}:\s+(\d+)\s+kB", fh.read())
         return int(found.group(1)) if found else 0
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) used so far by the API process and by its children."""
+        import psutil
+
+        api = psutil.Process(self.proc.pid)
+        out = {"api": sum(api.cpu_times()[:2])}
+        for child in api.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                name = "redis" if "redis" in child.name() else "worker"
+                out[name] = out.get(name, 0.0) + sum(child.cpu_times()[:2])
+        return out
+
     def stop(self) -> None:
         """SIGTERM the serve process (it stops its workers and Redis), then its group."""
         if self.proc.poll() is None:
@@ -287,7 +299,10 @@ def upload_part(http: Any, service: Service, size_mb: float, tmp: Path) -> dict:
 async def _poller(
     port: int, path: str, start_at: float, stop_at: float, lat: list[float], err: list[int]
 ) -> None:
-    """One keep-alive HTTP/1.1 client: GET path in a loop; latencies inside the window."""
+    """One keep-alive HTTP/1.1 client: GET path in a loop; latencies inside the window.
+
+    ``err[0]`` counts non-200 answers inside the window, ``err[1]`` every request.
+    """
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     request = (
         f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n\r\n"
@@ -310,6 +325,7 @@ async def _poller(
             else:
                 await reader.readexactly(length)
             done = time.perf_counter()
+            err[1] += 1
             if now >= start_at:
                 lat.append(done - now)
                 if not status.startswith(b"HTTP/1.1 200"):
@@ -318,12 +334,18 @@ async def _poller(
         writer.close()
 
 
-def polls_part(port: int, job_id: str, clients: int, seconds: float) -> dict:
-    """Polls/s and latency percentiles of ``clients`` concurrent pollers over ``seconds``."""
+def polls_part(service: Service, job_id: str, clients: int, seconds: float) -> dict:
+    """Polls/s and latency percentiles of ``clients`` concurrent pollers over ``seconds``.
+
+    Also the CPU time the API and Redis spent per poll: on a shared machine that figure,
+    unlike the rate, does not depend on what else runs.
+    """
     import numpy as np
 
+    port = service.port
+
     lat: list[float] = []
-    err = [0]
+    err = [0, 0]  # non-200 inside the window, all requests
     warm = 1.0
 
     async def main() -> None:
@@ -336,7 +358,11 @@ def polls_part(port: int, job_id: str, clients: int, seconds: float) -> dict:
             )
         )
 
+    cpu0 = service.cpu_seconds()
     asyncio.run(main())
+    cpu1 = service.cpu_seconds()
+    total = err[1] or 1
+    cpu_ms = {k: (cpu1.get(k, 0.0) - cpu0.get(k, 0.0)) * 1e3 / total for k in cpu1}
     arr = np.array(lat) * 1e3
     rate = len(lat) / seconds
     p99 = float(np.percentile(arr, 99)) if len(arr) else float("nan")
@@ -351,6 +377,7 @@ def polls_part(port: int, job_id: str, clients: int, seconds: float) -> dict:
         "max_ms": float(arr.max()) if len(arr) else None,
         "pass_rate": rate >= 1000,
         "pass_p99": p99 < 50,
+        "cpu_ms_per_poll": cpu_ms,  # warm-up polls included in both CPU time and count
     }
 
 
@@ -390,9 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             report["upload"] = up = upload_part(http, service, args.upload_mb, tmp)
             print_upload(up)
             job_id = next(iter(e2e.values()))["runs"][-1]["job_id"]
-            report["polls"] = polls = polls_part(
-                service.port, job_id, args.clients, args.poll_seconds
-            )
+            report["polls"] = polls = polls_part(service, job_id, args.clients, args.poll_seconds)
             print_polls(polls)
         finally:
             http.close()
@@ -449,6 +474,13 @@ def print_polls(polls: dict[str, Any]) -> None:
     print(
         f"{verdict(polls['pass_p99'])}  poll latency p50 {polls['p50_ms']:.1f} ms, "
         f"p99 {polls['p99_ms']:.1f} ms (target < 50), max {polls['max_ms']:.1f} ms"
+    )
+    cpu = polls["cpu_ms_per_poll"]
+    api = cpu.get("api", 0.0)
+    print(
+        f"      CPU per poll: API {api:.2f} ms, Redis {cpu.get('redis', 0.0):.2f} ms "
+        f"(CPU time / all polls, warm-up included); one free core for the API would serve "
+        f"about {1000 / api if api else float('nan'):.0f} polls/s"
     )
 
 
