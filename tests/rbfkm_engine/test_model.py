@@ -272,13 +272,43 @@ def test_explicit_sigma0_and_sigma_min(blobs: Dataset) -> None:
     np.testing.assert_allclose(ratios[:-1], 0.5, rtol=1e-6)
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_chunk_size_does_not_change_the_fit(assignment: str, moons: Dataset) -> None:
+    init = moons.X[:4]
+    params = dict(n_clusters=4, assignment=assignment, dtype="float64", init=init, max_iter=80)
+    whole = model(**params).fit(moons.X)
+    for chunk in (1, 7, 1000):
+        chunked = model(chunk_size=chunk, **params).fit(moons.X)
+        np.testing.assert_allclose(chunked.cluster_centers_, whole.cluster_centers_, atol=1e-9)
+        np.testing.assert_array_equal(chunked.labels_, whole.labels_)
+        np.testing.assert_array_equal(chunked.predict(moons.X), whole.labels_)
+        np.testing.assert_allclose(
+            chunked.soft_assign(moons.X).toarray(), whole.soft_assign(moons.X).toarray(), atol=1e-9
+        )
+
+
+def test_integer_input_is_accepted(blobs: Dataset) -> None:
+    X = np.rint(blobs.X * 10).astype(np.int64)
+    m = model(n_clusters=blobs.k).fit(X)
+    assert m.cluster_centers_.dtype == np.float64
+    np.testing.assert_array_equal(m.predict(X), m.labels_)
+
+
+def test_score_with_sample_weight(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k).fit(blobs.X)
+    w = np.linspace(0.0, 2.0, len(blobs.X))
+    np.testing.assert_allclose(
+        m.score(blobs.X, sample_weight=w), -inertia_of(blobs.X, m.cluster_centers_, w), rtol=1e-4
+    )
+
+
 # ------------------------------------------------------------------- reproducibility, weights
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_reproducible_with_random_state(assignment: str, moons: Dataset) -> None:
-    a = model(n_clusters=5, assignment=assignment, random_state=7).fit(moons.X)
-    b = model(n_clusters=5, assignment=assignment, random_state=7).fit(moons.X)
+    a = model(n_clusters=5, assignment=assignment, random_state=7, max_iter=60).fit(moons.X)
+    b = model(n_clusters=5, assignment=assignment, random_state=7, max_iter=60).fit(moons.X)
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     assert a.n_iter_ == b.n_iter_
@@ -356,7 +386,7 @@ def test_duplicate_points(assignment: str) -> None:
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_fewer_distinct_points_than_clusters(assignment: str) -> None:
     X = np.repeat(np.array([[0.0, 0.0], [4.0, 0.0]]), 10, axis=0)
-    m = model(n_clusters=4, assignment=assignment).fit(X)
+    m = model(n_clusters=4, assignment=assignment, max_iter=40).fit(X)
     assert np.all(np.isfinite(m.cluster_centers_))
     assert m.inertia_ == pytest.approx(0.0, abs=1e-6)
 
@@ -374,7 +404,7 @@ def test_one_dimensional_data(assignment: str) -> None:
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_constant_data(assignment: str) -> None:
     X = np.full((30, 3), 2.5)
-    m = model(n_clusters=3, assignment=assignment).fit(X)
+    m = model(n_clusters=3, assignment=assignment, max_iter=40).fit(X)
     assert np.all(np.isfinite(m.cluster_centers_))
     np.testing.assert_allclose(m.cluster_centers_, 2.5, atol=1e-6)
     assert m.inertia_ == pytest.approx(0.0, abs=1e-8)
@@ -503,6 +533,38 @@ def test_callback_returning_none_or_false_continues(blobs: Dataset) -> None:
     c = model(n_clusters=blobs.k).fit(blobs.X)
     assert a.n_iter_ == b.n_iter_ == c.n_iter_
     assert not a.stopped_early_ and not b.stopped_early_
+
+
+@pytest.mark.parametrize("assignment", ("hard", "entmax15"))
+def test_callback_across_restarts(assignment: str, moons: Dataset) -> None:
+    # n_init > 1: the progress the service shows never goes backwards, and a stop request
+    # ends the whole fit, not just the current restart.
+    seen: list[FitProgress] = []
+    model(n_clusters=4, assignment=assignment, n_init=3, max_iter=30).fit(
+        moons.X, callback=seen.append
+    )
+    iterations = [p.iteration for p in seen]
+    fractions = [p.fraction for p in seen]
+    assert all(b > a for a, b in itertools.pairwise(iterations)), iterations
+    assert all(b >= a for a, b in itertools.pairwise(fractions)), fractions
+    assert all(0.0 <= f <= 1.0 for f in fractions)
+
+    calls: list[int] = []
+
+    def stop_at_two(progress: FitProgress) -> bool:
+        calls.append(progress.iteration)
+        return len(calls) >= 2
+
+    m = model(n_clusters=4, assignment=assignment, n_init=3, max_iter=30)
+    m.fit(moons.X, callback=stop_at_two)
+    assert len(calls) == 2 and m.stopped_early_
+
+
+def test_verbose_prints_progress(blobs: Dataset, capsys: pytest.CaptureFixture[str]) -> None:
+    model(n_clusters=blobs.k, verbose=True).fit(blobs.X)
+    assert capsys.readouterr().out.strip()
+    model(n_clusters=blobs.k, verbose=False).fit(blobs.X)
+    assert capsys.readouterr().out == ""
 
 
 # ----------------------------------------------------------------------- parameter validation

@@ -152,7 +152,7 @@ def test_training_loop_decreases_loss(assignment: str) -> None:
         centroid_parameter(layer, 2, 2).copy_(torch.tensor([[0.0, 1.0], [0.0, -1.0]]))
     opt = torch.optim.Adam(layer.parameters(), lr=0.1)
     losses = []
-    for _ in range(150):
+    for _ in range(100):
         opt.zero_grad()
         loss = ((layer(x) - target) ** 2).mean()
         loss.backward()
