@@ -195,6 +195,20 @@ def test_labels_equal_predict_far_from_the_origin(assignment: str) -> None:
     np.testing.assert_allclose(m.score(X), -m.inertia_, rtol=1e-4)
 
 
+@pytest.mark.parametrize("offset", (1e3, 1e4))
+@pytest.mark.parametrize("assignment", ("hard", "entmax15"))
+def test_inertia_is_accurate_far_from_the_origin(assignment: str, offset: float) -> None:
+    # float32 data with a common offset (raw coordinates, timestamps, ...): the reported
+    # inertia and score must still be the data's, not the rounding error of ||x||^2.
+    data = well_separated_blobs(n=300, k=4, d=2, seed=0)
+    X = (data.X + offset).astype(np.float32)
+    m = model(n_clusters=4, assignment=assignment).fit(X)
+    true = inertia_of(X, m.cluster_centers_)
+    assert adjusted_rand_score(data.y, m.labels_) > 0.99
+    np.testing.assert_allclose(m.inertia_, true, rtol=1e-3)
+    np.testing.assert_allclose(-m.score(X), true, rtol=1e-3)
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_inertia_close_to_sklearn_on_separated_blobs(assignment: str) -> None:
     data = well_separated_blobs(n=400, k=6, d=2, seed=1)
