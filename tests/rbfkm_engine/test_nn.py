@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import entmax
+import numpy as np
 import pytest
 import torch
 from torch.func import functional_call
@@ -201,3 +202,19 @@ def test_wrong_feature_count_raises() -> None:
     layer = RBFKMeansLayer(3, 2)
     with pytest.raises((ValueError, RuntimeError)):
         layer(torch.randn(4, 5))
+
+
+@pytest.mark.parametrize("assignment", (*MAPS, "hard"))
+def test_from_estimator_matches_soft_assign(assignment: str) -> None:
+    from rbfkm_engine import RBFKMeans
+
+    gen = torch.Generator().manual_seed(11)
+    X = torch.cat([torch.randn(40, 2, generator=gen) + 4, torch.randn(40, 2, generator=gen) - 4])
+    X = X.double()
+    est = RBFKMeans(n_clusters=3, assignment=assignment, device="cpu", random_state=0)
+    est.fit(X.numpy())
+    layer = RBFKMeansLayer.from_estimator(est, sigma=0.7).double()
+    expected = torch.from_numpy(est.soft_assign(X.numpy(), sigma=0.7).toarray())
+    torch.testing.assert_close(layer(X), expected, atol=1e-6, rtol=1e-6)
+    c = centroid_parameter(layer, 3, 2).detach()
+    np.testing.assert_allclose(c.numpy(), est.cluster_centers_, rtol=1e-6)
