@@ -40,37 +40,84 @@ _ENTMAX_FLOOR = -4.0
 
 
 @dataclass(frozen=True)
-class SparseRows:
-    """Row-sparse responsibilities of fixed width: ``R[i, indices[i, s]] = values[i, s]``.
+class SparseResponsibilities:
+    """Responsibilities that are one-hot on most rows, stored as such.
 
-    Padding entries have value 0. ``indices[:, 0]`` is each row's nearest centre.
+    Every row ``i`` has ``R[i, labels[i]] = first[i]`` (its nearest centre; 1 on hard
+    rows). The ``soft_rows`` carry more nonzeros: ``R[soft_rows[r], soft_indices[r, s]] =
+    soft_values[r, s]`` (zeros pad). At low temperature few rows are soft, so the M-step
+    costs one ``index_add_`` over the points plus a little for the soft ones.
     """
 
-    indices: torch.Tensor
-    values: torch.Tensor
+    labels: torch.Tensor  # (m,) int64
+    first: torch.Tensor  # (m,)
+    soft_rows: torch.Tensor  # (r,) int64
+    soft_indices: torch.Tensor  # (r, s) int64
+    soft_values: torch.Tensor  # (r, s)
     n_clusters: int
 
+    @classmethod
+    def one_hot(
+        cls, labels: torch.Tensor, n_clusters: int, dtype: torch.dtype
+    ) -> SparseResponsibilities:
+        empty = labels.new_empty((0,))
+        return cls(
+            labels,
+            torch.ones(labels.shape[0], dtype=dtype, device=labels.device),
+            empty,
+            labels.new_empty((0, 0)),
+            torch.empty((0, 0), dtype=dtype, device=labels.device),
+            n_clusters,
+        )
+
     @property
-    def width(self) -> int:
-        return int(self.indices.shape[1])
+    def n_rows(self) -> int:
+        return int(self.labels.shape[0])
+
+    def nnz(self) -> int:
+        return self.n_rows + int((self.soft_values > 0).sum())
 
     def nnz_per_row(self) -> torch.Tensor:
-        return (self.values > 0).sum(dim=1)
+        counts = torch.ones(self.n_rows, dtype=torch.long, device=self.labels.device)
+        if self.soft_rows.numel():
+            counts[self.soft_rows] += (self.soft_values > 0).sum(dim=1)
+        return counts
 
     def to_dense(self) -> torch.Tensor:
         out = torch.zeros(
-            (self.indices.shape[0], self.n_clusters),
-            dtype=self.values.dtype,
-            device=self.values.device,
+            (self.n_rows, self.n_clusters), dtype=self.first.dtype, device=self.first.device
         )
-        return out.scatter_(1, self.indices, self.values)
+        out.scatter_(1, self.labels.unsqueeze(1), self.first.unsqueeze(1))
+        if self.soft_rows.numel():
+            block = out[self.soft_rows]
+            block.scatter_add_(1, self.soft_indices, self.soft_values)
+            out[self.soft_rows] = block
+        return out
+
+    def to_csr(self) -> sp.csr_matrix:
+        """A scipy CSR matrix holding only the nonzeros."""
+        labels = self.labels.cpu().numpy()
+        rows = [np.arange(labels.shape[0])]
+        cols = [labels]
+        vals = [self.first.detach().cpu().numpy()]
+        if self.soft_rows.numel():
+            values = self.soft_values.detach().cpu().numpy()
+            mask = values > 0
+            soft_rows = self.soft_rows.cpu().numpy()
+            rows.append(np.broadcast_to(soft_rows[:, None], values.shape)[mask])
+            cols.append(self.soft_indices.cpu().numpy()[mask])
+            vals.append(values[mask])
+        return sp.csr_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(labels.shape[0], self.n_clusters),
+        )
 
 
 @dataclass(frozen=True)
 class EStep:
     """What one block's E-step hands to the M-step and the statistics."""
 
-    responsibilities: torch.Tensor | SparseRows  # dense (m, k) or row-sparse
+    responsibilities: torch.Tensor | SparseResponsibilities  # dense (m, k) or sparse
     energy: torch.Tensor  # (m,) per-point objective  sum_j R D - sigma H(R)
     min_dist: torch.Tensor  # (m,) squared distance to the nearest centre
     labels: torch.Tensor  # (m,) nearest centre
@@ -84,75 +131,97 @@ def _working_dtype(D: torch.Tensor) -> torch.Tensor:
     return D
 
 
-def hard_map(D: torch.Tensor) -> EStep:
-    """One-hot argmin: plain Lloyd responsibilities."""
-    min_dist, labels = D.min(dim=1)
-    ones = torch.ones((D.shape[0], 1), dtype=D.dtype, device=D.device)
-    rows = SparseRows(labels.unsqueeze(1), ones, D.shape[1])
-    return EStep(rows, min_dist, min_dist, labels, 0)
+def _nearest(
+    D: torch.Tensor, row_offset: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Row minimum of ``D``, the true nearest squared distance and the argmin."""
+    d_min, labels = D.min(dim=1)
+    true_min = d_min if row_offset is None else (d_min + row_offset).clamp_min_(0.0)
+    return d_min, true_min, labels
 
 
-def softmax_map(D: torch.Tensor, sigma: float) -> EStep:
+def hard_map(D: torch.Tensor, row_offset: torch.Tensor | None = None) -> EStep:
+    """One-hot argmin: plain Lloyd responsibilities.
+
+    ``row_offset``: the true distances are ``D + row_offset[:, None]`` (the solver drops
+    ``||x||^2`` from its distance blocks, as no map depends on it).
+    """
+    _, min_dist, labels = _nearest(D, row_offset)
+    R = SparseResponsibilities.one_hot(labels, D.shape[1], D.dtype)
+    return EStep(R, min_dist, min_dist, labels, 0)
+
+
+def softmax_map(D: torch.Tensor, sigma: float, row_offset: torch.Tensor | None = None) -> EStep:
     """Gaussian RBF responsibilities ``softmax(-D / sigma)``, computed stably.
 
     The row minimum is subtracted before dividing, so the largest score is exactly 0 and
-    nothing overflows however small ``sigma`` is.
+    nothing overflows however small ``sigma`` is; the largest responsibility is then
+    ``exp(-logsumexp)``, which counts the soft rows for free.
     """
     D = _working_dtype(D)
-    min_dist, labels = D.min(dim=1)
-    logits = (D - min_dist.unsqueeze(1)).div_(-sigma)
+    d_min, min_dist, labels = _nearest(D, row_offset)
+    logits = (D - d_min.unsqueeze(1)).div_(-sigma)
     lse = torch.logsumexp(logits, dim=1)
     R = logits.sub_(lse.unsqueeze(1)).exp_()
     energy = min_dist - sigma * lse
-    n_soft = int((R.amax(dim=1) < 1.0 - 1e-6).sum())
+    n_soft = int((lse > 1e-6).sum())
     return EStep(R, energy, min_dist, labels, n_soft)
 
 
-def entmax15_map(D: torch.Tensor, sigma: float) -> EStep:
-    """Sparse ``entmax15(-D / sigma)`` on the exact candidate set of each row.
+def entmax15_map(D: torch.Tensor, sigma: float, row_offset: torch.Tensor | None = None) -> EStep:
+    """Sparse ``entmax15(-D / sigma)``, exact, evaluated only where it is not one-hot.
 
-    Only centres within ``2 sigma`` of the nearest one can carry mass, so the map is
-    evaluated (with the ``entmax`` package) on the ``m`` nearest centres, ``m`` being the
-    largest candidate count in the block; the result equals the full-row entmax15.
+    A row is soft iff some other centre is within ``2 sigma`` of its nearest one. On the
+    soft rows the map is computed with the ``entmax`` package on the ``s`` nearest centres,
+    ``s`` being the largest candidate count among them; the result equals the full-row
+    entmax15, and hard rows cost nothing beyond the row minimum.
     """
     D = _working_dtype(D)
     k = D.shape[1]
-    min_dist, labels = D.min(dim=1)
-    gap = D - min_dist.unsqueeze(1)
-    width = int((gap < 2.0 * sigma).sum(dim=1).max()) if k > 1 else 1
-    if width <= 1:
-        ones = torch.ones((D.shape[0], 1), dtype=D.dtype, device=D.device)
-        rows = SparseRows(labels.unsqueeze(1), ones, k)
-        return EStep(rows, min_dist, min_dist, labels, 0)
+    d_min, min_dist, labels = _nearest(D, row_offset)
+    if k == 1:
+        R = SparseResponsibilities.one_hot(labels, k, D.dtype)
+        return EStep(R, min_dist, min_dist, labels, 0)
+    threshold = (d_min + 2.0 * sigma).unsqueeze(1)
+    counts = torch.count_nonzero(threshold > D, dim=1)
+    soft_rows = torch.nonzero(counts > 1).squeeze(1)
+    if soft_rows.numel() == 0:
+        R = SparseResponsibilities.one_hot(labels, k, D.dtype)
+        return EStep(R, min_dist, min_dist, labels, 0)
+    width = int(counts[soft_rows].max())
+    gap = D[soft_rows] - d_min[soft_rows].unsqueeze(1)
     near_gap, indices = torch.topk(gap, width, dim=1, largest=False, sorted=True)
     scores = (near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR)
     p = entmax15(scores, dim=-1)
     tsallis = (4.0 / 3.0) * (1.0 - p.pow(1.5).sum(dim=1))
-    energy = min_dist + (p * near_gap).sum(dim=1) - sigma * tsallis
+    energy = min_dist.clone()
+    energy[soft_rows] += (p * near_gap).sum(dim=1) - sigma * tsallis
+    first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
+    first[soft_rows] = p[:, 0]
+    # Ties can put a centre other than the argmin first: keep labels and slot 0 in step.
+    labels = labels.clone()
+    labels[soft_rows] = indices[:, 0]
+    R = SparseResponsibilities(labels, first, soft_rows, indices[:, 1:], p[:, 1:], k)
     n_soft = int((p[:, 1] > 0).sum())
-    return EStep(SparseRows(indices, p, k), energy, min_dist, labels, n_soft)
+    return EStep(R, energy, min_dist, labels, n_soft)
 
 
-def responsibilities(D: torch.Tensor, sigma: float, assignment: str) -> EStep:
+def responsibilities(
+    D: torch.Tensor, sigma: float, assignment: str, row_offset: torch.Tensor | None = None
+) -> EStep:
     """Dispatch to the map named by ``assignment``; ``sigma <= 0`` means hard."""
     if assignment == "hard" or sigma <= 0.0:
-        return hard_map(D)
+        return hard_map(D, row_offset)
     if assignment == "softmax":
-        return softmax_map(D, sigma)
+        return softmax_map(D, sigma, row_offset)
     if assignment == "entmax15":
-        return entmax15_map(D, sigma)
+        return entmax15_map(D, sigma, row_offset)
     raise ValueError(f"assignment must be one of {ASSIGNMENTS}, got {assignment!r}")
 
 
-def to_csr_block(R: torch.Tensor | SparseRows, n_clusters: int) -> sp.csr_matrix:
+def to_csr_block(R: torch.Tensor | SparseResponsibilities, n_clusters: int) -> sp.csr_matrix:
     """One block of responsibilities as a scipy CSR matrix holding only the nonzeros."""
-    if isinstance(R, SparseRows):
-        values = R.values.detach().cpu().numpy()
-        indices = R.indices.detach().cpu().numpy()
-        rows = np.broadcast_to(np.arange(values.shape[0])[:, None], values.shape)
-        mask = values > 0
-        return sp.csr_matrix(
-            (values[mask], (rows[mask], indices[mask])), shape=(values.shape[0], n_clusters)
-        )
+    if isinstance(R, SparseResponsibilities):
+        return R.to_csr()
     dense = R.detach().cpu().numpy()
     return sp.csr_matrix(dense, shape=(dense.shape[0], n_clusters))

@@ -15,6 +15,9 @@ import torch
 #: Default memory budget for the per-chunk buffers (distances, responsibilities).
 DEFAULT_BUDGET_BYTES = 256 * 1024**2
 
+#: Target size of one ``(rows, k)`` block on the CPU (see :func:`cache_chunk_size`).
+CPU_BLOCK_BYTES = 1024**2
+
 #: Rows per chunk never exceed this: larger blocks stop paying off in cache behaviour.
 MAX_CHUNK_ROWS = 65_536
 
@@ -38,6 +41,18 @@ def chunk_size_for(
     """
     per_row = itemsize * (buffers_per_row * n_clusters + n_features)
     return int(max(1, min(MAX_CHUNK_ROWS, budget_bytes // max(per_row, 1))))
+
+
+def cache_chunk_size(n_clusters: int, device: torch.device, itemsize: int = 4) -> int:
+    """Rows per block for the solver's passes: cache-sized on the CPU.
+
+    With few features the distance GEMM is cheap and the passes over the ``(rows, k)``
+    block (minimum, candidate count) dominate; blocks of about 1 MiB stay in the CPU's L2
+    cache between those passes. GPUs prefer large blocks (fewer kernel launches).
+    """
+    if device.type == "cuda":
+        return MAX_CHUNK_ROWS
+    return int(max(256, min(MAX_CHUNK_ROWS, CPU_BLOCK_BYTES // (itemsize * max(n_clusters, 1)))))
 
 
 def squared_distances(

@@ -24,7 +24,13 @@ from .anneal import (
     weighted_covariance,
 )
 from .assign import ASSIGNMENTS, responsibilities, to_csr_block
-from .distances import chunk_size_for, iter_chunks, squared_distances, squared_norms
+from .distances import (
+    cache_chunk_size,
+    chunk_size_for,
+    iter_chunks,
+    squared_distances,
+    squared_norms,
+)
 from .init import kmeans_plusplus, random_init
 from .solver import Callback, solve
 
@@ -257,10 +263,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError("sample_weight must have a positive sum")
         return w
 
-    def _chunk(self, n_features: int, itemsize: int) -> int:
+    def _chunk(self, X: torch.Tensor) -> int:
+        """Rows per block: the ``chunk_size`` parameter, else cache- and budget-sized."""
         if self.chunk_size is not None:
             return int(self.chunk_size)
-        return chunk_size_for(self.n_clusters, n_features, itemsize)
+        budget = chunk_size_for(self.n_clusters, X.shape[1], X.element_size())
+        return min(budget, cache_chunk_size(self.n_clusters, X.device, X.element_size()))
 
     # ------------------------------------------------------------------ fitting
     def _initial_centres(
@@ -332,7 +340,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """
         self._validate_params_explicitly()
         Xt, out_dtype = self._to_tensor(X, reset=True, dtype=_DTYPES[self.dtype])
-        n, d = Xt.shape
+        n = Xt.shape[0]
         if n < self.n_clusters:
             raise ValueError(
                 f"n_samples={n} should be >= n_clusters={self.n_clusters}: "
@@ -344,17 +352,22 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         variances = weighted_covariance(Xt, w).diagonal()
         tol = float(self.tol) * float(variances.mean())
         schedule = self._schedule(Xt, w)
-        chunk = self._chunk(d, Xt.element_size())
+        chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None
         for run in range(n_init):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-            C0 = self._initial_centres(Xt, w, x_sq, generator)
+            # Annealing from the collapsed state forgets any initial centres, so it grows
+            # them by splitting instead; an explicit init array is honoured as given.
+            grow = bool(schedule) and isinstance(self.init, str)
+            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator)
             result = solve(
                 Xt,
                 w,
                 C0,
+                n_clusters=self.n_clusters,
+                generator=generator,
                 assignment=self.assignment,
                 schedule=schedule,
                 max_iter=int(self.max_iter),
@@ -448,7 +461,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Yield ``(rows, D)`` distance blocks of ``X`` to the centres."""
         x_sq = squared_norms(X)
         c_sq = squared_norms(C)
-        for rows in iter_chunks(X.shape[0], self._chunk(X.shape[1], X.element_size())):
+        for rows in iter_chunks(X.shape[0], self._chunk(X)):
             yield rows, squared_distances(X[rows], C, x_sq[rows], c_sq)
 
     def predict(self, X: Any) -> np.ndarray:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .assign import EStep, SparseRows, responsibilities
+from .assign import EStep, SparseResponsibilities, responsibilities
 from .distances import iter_chunks, squared_distances, squared_norms
 
 #: Sparse responsibilities wider than this are scattered to a dense block for one GEMM.
@@ -28,6 +28,10 @@ _SPARSE_SLOTS_MAX = 8
 SOFT_FRACTION_STOP = 1e-3
 #: Share of ``max_iter`` kept for the final Lloyd phase.
 LLOYD_SHARE = 0.2
+#: A new twin is displaced by this fraction of its cluster's rms radius ...
+PERTURB = 1e-2
+#: ... and becomes a centre once the pair is this fraction of the radius apart.
+SPLIT = 1e-1
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class IterationStats:
     inertia: float
     mean_nnz: float
     n_soft: int
+    spread: torch.Tensor  # per centre: sum_i w_i R_ij D_ij
 
 
 @dataclass
@@ -91,22 +96,29 @@ class FixedPointIteration:
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
 
     def step(
-        self, C: torch.Tensor, sigma: float, assignment: str
+        self, C: torch.Tensor, sigma: float, assignment: str, *, need_spread: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, IterationStats]:
-        """One pass: returns the M-step sums ``(R^T W X, R^T w)`` and the statistics."""
+        """One pass: returns the M-step sums ``(R^T W X, R^T w)`` and the statistics.
+
+        ``C`` may hold more rows than ``n_clusters`` (the annealing twins). The distance
+        blocks leave out ``||x||^2``: no map depends on a per-row constant, so it is only
+        added back where a true distance is reported.
+        """
         X, w = self.X, self.w
         num = torch.zeros_like(C)
-        den = torch.zeros(self.k, dtype=C.dtype, device=C.device)
+        den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        spread = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
         objective = torch.zeros((), dtype=torch.float64, device=C.device)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
-        nnz = torch.zeros((), dtype=torch.float64, device=C.device)
+        nnz = 0
         n_soft = 0
-        c_sq = squared_norms(C)
+        c_sq = squared_norms(C).unsqueeze(0)
         for rows in iter_chunks(X.shape[0], self.chunk_size):
             Xc = X[rows]
             wc = None if w is None else w[rows]
-            D = squared_distances(Xc, C, self.x_sq[rows], c_sq)
-            e = responsibilities(D, sigma, assignment)
+            x_sq = self.x_sq[rows]
+            D = torch.addmm(c_sq, Xc, C.T, alpha=-2.0)
+            e = responsibilities(D, sigma, assignment, row_offset=x_sq)
             self.min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
             if wc is None:
@@ -115,28 +127,36 @@ class FixedPointIteration:
             else:
                 objective += (wc * e.energy).sum(dtype=torch.float64)
                 inertia += (wc * e.min_dist).sum(dtype=torch.float64)
-            nnz += _count_nonzeros(e)
+            R = e.responsibilities
+            nnz += R.nnz() if isinstance(R, SparseResponsibilities) else int((R > 0).sum())
             n_soft += e.n_soft
-            _accumulate(num, den, Xc, wc, e.responsibilities)
+            _accumulate(num, den, Xc, wc, R)
+            if need_spread:
+                _accumulate_spread(spread, D, x_sq, e, wc)
         stats = IterationStats(
             objective=float(objective),
             inertia=float(inertia),
-            mean_nnz=float(nnz) / X.shape[0],
+            mean_nnz=nnz / X.shape[0],
             n_soft=n_soft,
+            spread=spread,
         )
         return num, den, stats
 
     def update(
-        self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor
+        self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True
     ) -> tuple[torch.Tensor, int]:
         """New centres ``num / den``; clusters that received no mass are re-seeded.
 
         As scikit-learn and faiss do, an empty cluster moves to the point farthest from its
-        nearest centre (points of weight 0 are never chosen).
+        nearest centre (points of weight 0 are never chosen). With ``reseed=False`` (while
+        annealing) an empty centre stays where it is.
         """
         C_new = num / den.clamp_min(torch.finfo(den.dtype).tiny).unsqueeze(1)
         empty = den <= 0
         n_empty = int(empty.sum())
+        if n_empty and not reseed:
+            C_new[empty] = C[empty]
+            return C_new, 0
         if n_empty:
             score = (
                 self.min_dist if self.w is None else torch.where(self.w > 0, self.min_dist, -1.0)
@@ -144,6 +164,24 @@ class FixedPointIteration:
             far = torch.topk(score, n_empty).indices
             C_new[empty] = self.X[far].to(C_new.dtype)
         return C_new, n_empty
+
+    def add_farthest(self, C: torch.Tensor, n_new: int) -> torch.Tensor:
+        """Append ``n_new`` centres, each the point farthest from all centres so far."""
+        c_sq = squared_norms(C)
+        closest = torch.empty(self.X.shape[0], dtype=self.X.dtype, device=self.X.device)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = squared_distances(self.X[rows], C, self.x_sq[rows], c_sq)
+            closest[rows] = D.min(dim=1).values
+        if self.w is not None:
+            closest = torch.where(self.w > 0, closest, -1.0)
+        added = []
+        for _ in range(n_new):
+            far = int(torch.argmax(closest))
+            point = self.X[far : far + 1].to(C.dtype)
+            added.append(point)
+            d_new = squared_distances(self.X, point, self.x_sq).squeeze(1)
+            torch.minimum(closest, d_new.to(closest.dtype), out=closest)
+        return torch.cat([C, *added]) if added else C
 
     def final_labels(self, C: torch.Tensor) -> float:
         """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia."""
@@ -159,166 +197,301 @@ class FixedPointIteration:
         return float(inertia)
 
 
-def _count_nonzeros(e: EStep) -> torch.Tensor:
-    R = e.responsibilities
-    if isinstance(R, SparseRows):
-        if R.width == 1:
-            return torch.tensor(float(R.values.shape[0]), dtype=torch.float64)
-        return (R.values > 0).sum(dtype=torch.float64)
-    return (R > 0).sum(dtype=torch.float64)
-
-
 def _accumulate(
     num: torch.Tensor,
     den: torch.Tensor,
     X: torch.Tensor,
     w: torch.Tensor | None,
-    R: torch.Tensor | SparseRows,
+    R: torch.Tensor | SparseResponsibilities,
 ) -> None:
     """Add one block's ``R^T W X`` to ``num`` and ``R^T w`` to ``den`` (in place)."""
-    if isinstance(R, SparseRows) and R.width > _SPARSE_SLOTS_MAX:
+    if isinstance(R, SparseResponsibilities) and R.soft_values.shape[1] > _SPARSE_SLOTS_MAX:
         R = R.to_dense()
-    if isinstance(R, SparseRows):
-        values = R.values.to(X.dtype)
+    if not isinstance(R, SparseResponsibilities):
+        R = R.to(X.dtype)
         if w is not None:
-            values = values * w.unsqueeze(1)
-        if R.width == 1 and w is None:
-            num.index_add_(0, R.indices[:, 0], X)
-            den.index_add_(0, R.indices[:, 0], values[:, 0])
-            return
-        for slot in range(R.width):
-            idx, v = R.indices[:, slot], values[:, slot]
-            num.index_add_(0, idx, X * v.unsqueeze(1))
-            den.index_add_(0, idx, v)
+            R = R * w.unsqueeze(1)
+        num.addmm_(R.T, X)
+        den.add_(R.sum(dim=0))
         return
-    R = R.to(X.dtype)
+    first = R.first.to(X.dtype)
     if w is not None:
-        R = R * w.unsqueeze(1)
-    num.addmm_(R.T, X)
-    den.add_(R.sum(dim=0))
+        first = first * w
+    if w is None and R.soft_rows.numel() == 0:
+        num.index_add_(0, R.labels, X)
+    else:
+        num.index_add_(0, R.labels, X * first.unsqueeze(1))
+    den.index_add_(0, R.labels, first)
+    if R.soft_rows.numel():
+        Xs = X[R.soft_rows]
+        values = R.soft_values.to(X.dtype)
+        if w is not None:
+            values = values * w[R.soft_rows].unsqueeze(1)
+        for slot in range(values.shape[1]):
+            idx, v = R.soft_indices[:, slot], values[:, slot]
+            num.index_add_(0, idx, Xs * v.unsqueeze(1))
+            den.index_add_(0, idx, v)
 
 
-def solve(
-    X: torch.Tensor,
-    sample_weight: torch.Tensor | None,
-    C0: torch.Tensor,
-    *,
-    assignment: str,
-    schedule: list[float],
-    max_iter: int,
-    tol: float,
-    chunk_size: int,
-    callback: Callback | None = None,
-    progress_offset: float = 0.0,
-    progress_scale: float = 1.0,
-    verbose: bool = False,
-) -> SolverResult:
-    """Anneal over ``schedule`` (empty for plain Lloyd), then Lloyd to a fixed point.
+def _accumulate_spread(
+    spread: torch.Tensor,
+    D: torch.Tensor,
+    x_sq: torch.Tensor,
+    e: EStep,
+    w: torch.Tensor | None,
+) -> None:
+    """Add the per-centre distortion ``sum_i w_i R_ij ||x_i - c_j||^2`` to ``spread``.
 
-    ``tol`` is absolute: the sum over centres of the squared centre shift.
-    ``max_iter`` counts every iteration, all temperatures together; a share of it
-    (``LLOYD_SHARE``) is kept for the Lloyd phase.
+    ``D`` is the block without ``||x||^2`` (see :meth:`FixedPointIteration.step`).
     """
-    fp = FixedPointIteration(X, sample_weight, C0.shape[0], chunk_size)
-    C = C0.clone()
-    history: list[dict[str, float]] = []
-    n_iter = 0
-    n_empty_total = 0
-    stopped = False
-    sigma_reached = 0.0
+    R = e.responsibilities
+    if isinstance(R, SparseResponsibilities):
+        first = R.first if w is None else R.first * w
+        spread.index_add_(0, R.labels, (first * e.min_dist).to(spread.dtype))
+        if R.soft_rows.numel():
+            rows = R.soft_rows
+            dist = (D[rows].gather(1, R.soft_indices) + x_sq[rows].unsqueeze(1)).clamp_min_(0)
+            values = R.soft_values if w is None else R.soft_values * w[rows].unsqueeze(1)
+            spread.index_add_(0, R.soft_indices.flatten(), (values * dist).flatten())
+        return
+    Rw = R if w is None else R * w.unsqueeze(1)
+    spread.add_((Rw * D).sum(dim=0) + Rw.T @ x_sq)
 
-    def report(sigma: float, objective: float, fraction: float, phase: str) -> bool:
-        if callback is None:
-            return False
+
+class _Budget:
+    """Iteration bookkeeping shared by the phases, and the progress callback."""
+
+    def __init__(
+        self, max_iter: int, callback: Callback | None, offset: float, scale: float
+    ) -> None:
+        self.max_iter = max_iter
+        self.n_iter = 0
+        self.callback = callback
+        self.offset = offset
+        self.scale = scale
+        self.stopped = False
+
+    def tick(self, sigma: float, objective: float, fraction: float, phase: str) -> None:
+        self.n_iter += 1
+        if self.callback is None:
+            return
         info = FitProgress(
             sigma=sigma,
-            iteration=n_iter,
+            iteration=self.n_iter,
             objective=objective,
-            fraction=min(1.0, progress_offset + progress_scale * fraction),
+            fraction=min(1.0, self.offset + self.scale * fraction),
             phase=phase,
         )
-        return bool(callback(info))
+        if self.callback(info):
+            self.stopped = True
 
-    anneal_budget = max_iter - max(1, math.ceil(LLOYD_SHARE * max_iter)) if schedule else 0
+
+def _record(
+    history: list[dict[str, float]], sigma: float, stats: IterationStats, iters: int
+) -> None:
+    history.append(
+        {
+            "sigma": float(sigma),
+            "objective": stats.objective,
+            "inertia": stats.inertia,
+            "iterations": iters,
+            "mean_nnz": stats.mean_nnz,
+        }
+    )
+
+
+def anneal(
+    fp: FixedPointIteration,
+    C: torch.Tensor,
+    *,
+    n_clusters: int,
+    assignment: str,
+    schedule: list[float],
+    budget_iter: int,
+    tol: float,
+    budget: _Budget,
+    history: list[dict[str, float]],
+    generator: torch.Generator | None,
+    split: bool,
+    verbose: bool,
+) -> tuple[torch.Tensor, float]:
+    """Warm-started fixed-point iterations over the temperature schedule.
+
+    With ``split=True`` the centres start as one point (the weighted mean) plus a twin: a
+    copy displaced by ``PERTURB`` times the cluster's rms radius. Above its critical
+    temperature a pair falls back together; below it the twins move apart, and once their
+    distance exceeds ``SPLIT`` times the radius the twin becomes a centre of its own (with a
+    new twin) until there are ``n_clusters``. The number of centres a region of the data
+    receives is thus decided by the data's own phase transitions, not by the initial
+    centres. Returns the centres and the last temperature.
+    """
+    k = n_clusters
+    twins: torch.Tensor | None = None
+    if split:
+        C = C[:1]
+    sigma_reached = schedule[0] if schedule else 0.0
+
+    def new_twins(centres: torch.Tensor, radius2: torch.Tensor) -> torch.Tensor:
+        u = torch.randn(
+            centres.shape, generator=generator, dtype=torch.float64, device=generator.device
+        )
+        u = (u / u.norm(dim=1, keepdim=True).clamp_min(1e-300)).to(
+            device=centres.device, dtype=centres.dtype
+        )
+        return centres + PERTURB * radius2.sqrt().unsqueeze(1) * u
+
+    if split and k > 1:
+        _, den, stats = fp.step(C, schedule[0], assignment, need_spread=True)
+        twins = new_twins(C, stats.spread / den.clamp_min(1e-300))
+
     for t, sigma in enumerate(schedule):
-        if n_iter >= anneal_budget or stopped:
+        if budget.n_iter >= budget_iter or budget.stopped:
             break
-        remaining_temps = len(schedule) - t
-        cap = max(2, math.ceil(2 * (anneal_budget - n_iter) / remaining_temps))
-        iters_here = 0
+        remaining = len(schedule) - t
+        cap = max(2, math.ceil(2 * (budget_iter - budget.n_iter) / remaining))
+        iters = 0
         stats = None
-        while iters_here < cap and n_iter < anneal_budget:
-            num, den, stats = fp.step(C, sigma, assignment)
-            C_new, n_empty = fp.update(C, num, den)
-            n_empty_total += n_empty
-            shift = float(((C_new - C) ** 2).sum())
-            C = C_new
-            n_iter += 1
-            iters_here += 1
-            fraction = (1.0 - LLOYD_SHARE) * (t + min(1.0, iters_here / cap)) / len(schedule)
-            if report(sigma, stats.objective, fraction, "anneal"):
-                stopped = True
-                break
-            if shift <= tol and n_empty == 0:
+        while iters < cap and budget.n_iter < budget_iter:
+            full = C if twins is None else torch.cat([C, twins])
+            num, den, stats = fp.step(full, sigma, assignment, need_spread=twins is not None)
+            full_new, _ = fp.update(full, num, den, reseed=False)
+            shift = float(((full_new - full) ** 2).sum())
+            m = C.shape[0]
+            C = full_new[:m]
+            if twins is not None:
+                twins = full_new[m:]
+            iters += 1
+            fraction = (1.0 - LLOYD_SHARE) * (t + min(1.0, iters / cap)) / len(schedule)
+            budget.tick(sigma, stats.objective, fraction, "anneal")
+            if budget.stopped or shift <= tol:
                 break
         assert stats is not None
         sigma_reached = sigma
-        history.append(
-            {
-                "sigma": float(sigma),
-                "objective": stats.objective,
-                "inertia": stats.inertia,
-                "iterations": iters_here,
-                "mean_nnz": stats.mean_nnz,
-            }
-        )
+        _record(history, sigma, stats, iters)
+        if twins is not None:
+            m = C.shape[0]
+            radius2 = (stats.spread[:m] + stats.spread[m:]) / (den[:m] + den[m:]).clamp_min(1e-300)
+            sep2 = ((C - twins) ** 2).sum(dim=1)
+            splitting = torch.nonzero(sep2 > SPLIT**2 * radius2).squeeze(1)
+            if splitting.numel():
+                order = torch.argsort(sep2[splitting], descending=True)
+                chosen = splitting[order[: k - m]]
+                C = torch.cat([C, twins[chosen]])
+                radius2 = torch.cat([radius2, radius2[chosen]])
+                twins = None if C.shape[0] >= k else new_twins(C, radius2)
+            else:
+                # Twins still moving apart keep going; collapsed ones are displaced again.
+                collapsed = sep2 < PERTURB**2 * radius2
+                twins = torch.where(collapsed.unsqueeze(1), new_twins(C, radius2), twins)
         if verbose:
             print(
-                f"sigma={sigma:.4g} iters={iters_here} J={stats.objective:.6g} "
-                f"inertia={stats.inertia:.6g} nnz/row={stats.mean_nnz:.3g} soft={stats.n_soft}"
+                f"sigma={sigma:.4g} iters={iters} centres={C.shape[0]} "
+                f"J={stats.objective:.6g} inertia={stats.inertia:.6g} "
+                f"nnz/row={stats.mean_nnz:.3g} soft={stats.n_soft}"
             )
-        if stats.n_soft <= SOFT_FRACTION_STOP * X.shape[0]:
+        if twins is None and stats.n_soft <= SOFT_FRACTION_STOP * fp.X.shape[0]:
             break
+    if C.shape[0] < k:
+        C = fp.add_farthest(C, k - C.shape[0])
+    return C, sigma_reached
 
+
+def lloyd(
+    fp: FixedPointIteration,
+    C: torch.Tensor,
+    *,
+    tol: float,
+    budget: _Budget,
+    history: list[dict[str, float]],
+    verbose: bool,
+) -> tuple[torch.Tensor, bool, int]:
+    """Hard iterations until the centres move less than ``tol`` (a K-Means fixed point)."""
     converged = False
-    lloyd_iters = 0
-    lloyd_budget = max(1, max_iter - n_iter)
+    iters = 0
+    n_empty_total = 0
+    room = max(1, budget.max_iter - budget.n_iter)
     last = None
-    while not stopped and n_iter < max_iter:
+    while not budget.stopped and budget.n_iter < budget.max_iter:
         num, den, last = fp.step(C, 0.0, "hard")
         C_new, n_empty = fp.update(C, num, den)
         n_empty_total += n_empty
         shift = float(((C_new - C) ** 2).sum())
         C = C_new
-        n_iter += 1
-        lloyd_iters += 1
-        fraction = (1.0 - LLOYD_SHARE) + LLOYD_SHARE * lloyd_iters / lloyd_budget
-        if report(0.0, last.objective, fraction, "lloyd"):
-            stopped = True
+        iters += 1
+        budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * iters / room, "lloyd")
         if shift <= tol and n_empty == 0:
             converged = True
             break
     if last is not None:
-        history.append(
-            {
-                "sigma": 0.0,
-                "objective": last.objective,
-                "inertia": last.inertia,
-                "iterations": lloyd_iters,
-                "mean_nnz": 1.0,
-            }
-        )
+        _record(history, 0.0, last, iters)
         if verbose:
-            print(f"lloyd iters={lloyd_iters} inertia={last.inertia:.6g} converged={converged}")
+            print(f"lloyd iters={iters} inertia={last.inertia:.6g} converged={converged}")
+    return C, converged, n_empty_total
+
+
+def solve(
+    X: torch.Tensor,
+    sample_weight: torch.Tensor | None,
+    C0: torch.Tensor | None,
+    *,
+    n_clusters: int,
+    assignment: str,
+    schedule: list[float],
+    max_iter: int,
+    tol: float,
+    chunk_size: int,
+    generator: torch.Generator | None = None,
+    callback: Callback | None = None,
+    progress_offset: float = 0.0,
+    progress_scale: float = 1.0,
+    verbose: bool = False,
+) -> SolverResult:
+    """Anneal over ``schedule`` (empty: plain Lloyd from ``C0``), then Lloyd to a fixed point.
+
+    ``tol`` is absolute: the sum over centres of the squared centre shift. ``max_iter``
+    counts every iteration, all temperatures together; a share of it (``LLOYD_SHARE``) is
+    kept for the Lloyd phase. With ``C0=None`` annealing starts from the weighted mean and
+    grows the centres by phase transitions (see :func:`anneal`); otherwise from ``C0``.
+    """
+    fp = FixedPointIteration(X, sample_weight, n_clusters, chunk_size)
+    budget = _Budget(max_iter, callback, progress_offset, progress_scale)
+    history: list[dict[str, float]] = []
+    split = C0 is None
+    if C0 is None:
+        w = sample_weight
+        mean = X.mean(dim=0) if w is None else (w.unsqueeze(1) * X).sum(dim=0) / w.sum()
+        C = mean.unsqueeze(0)
+    else:
+        C = C0.clone()
+    sigma = 0.0
+    if schedule:
+        anneal_budget = max_iter - max(1, math.ceil(LLOYD_SHARE * max_iter))
+        C, sigma = anneal(
+            fp,
+            C,
+            n_clusters=n_clusters,
+            assignment=assignment,
+            schedule=schedule,
+            budget_iter=anneal_budget,
+            tol=tol,
+            budget=budget,
+            history=history,
+            generator=generator,
+            split=split,
+            verbose=verbose,
+        )
+    if C.shape[0] < n_clusters:  # no schedule (constant data): seed the rest, then Lloyd
+        C = fp.add_farthest(C, n_clusters - C.shape[0])
+    C, converged, n_empty = lloyd(fp, C, tol=tol, budget=budget, history=history, verbose=verbose)
     inertia = fp.final_labels(C)
     return SolverResult(
         centres=C,
         labels=fp.labels.clone(),
         inertia=inertia,
-        n_iter=n_iter,
-        sigma=sigma_reached,
+        n_iter=budget.n_iter,
+        sigma=sigma,
         history=history,
         converged=converged,
-        stopped_early=stopped,
-        n_empty_reseeded=n_empty_total,
+        stopped_early=budget.stopped,
+        n_empty_reseeded=n_empty,
     )
