@@ -26,33 +26,62 @@ import math
 
 import torch
 
+from .distances import iter_chunks
+
+#: Rows per block when accumulating statistics in float64.
+_STAT_ROWS = 16_384
 #: ``sigma0="auto"`` starts this far above the critical temperature.
 SIGMA0_MARGIN = 1.1
 #: ``sigma_min="auto"`` is this fraction of the softmax critical temperature.
 SIGMA_MIN_RATIO = 1e-4
 
 
-def weighted_covariance(X: torch.Tensor, sample_weight: torch.Tensor | None = None) -> torch.Tensor:
-    """The ``(d, d)`` weighted covariance ``sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i``."""
-    X64 = X.double()
-    if sample_weight is None:
-        mu = X64.mean(dim=0)
-        Xc = X64 - mu
-        return Xc.T @ Xc / X.shape[0]
-    w = sample_weight.double()
-    total = w.sum()
-    mu = (w.unsqueeze(1) * X64).sum(dim=0) / total
-    Xc = X64 - mu
-    return (Xc * w.unsqueeze(1)).T @ Xc / total
+def weighted_mean(X: torch.Tensor, sample_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The weighted mean in float64, accumulated by blocks (no float64 copy of ``X``)."""
+    total = torch.zeros(X.shape[1], dtype=torch.float64, device=X.device)
+    for rows in iter_chunks(X.shape[0], _STAT_ROWS):
+        block = X[rows].double()
+        if sample_weight is None:
+            total += block.sum(dim=0)
+        else:
+            total += sample_weight[rows].double() @ block
+    weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
+    return total / weight
+
+
+def weighted_covariance(
+    X: torch.Tensor,
+    sample_weight: torch.Tensor | None = None,
+    mean: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The ``(d, d)`` weighted covariance ``sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i``.
+
+    Accumulated in float64 by blocks of rows, so it needs no copy of ``X``.
+    """
+    if mean is None:
+        mean = weighted_mean(X, sample_weight)
+    cov = torch.zeros((X.shape[1], X.shape[1]), dtype=torch.float64, device=X.device)
+    for rows in iter_chunks(X.shape[0], _STAT_ROWS):
+        block = X[rows].double() - mean
+        if sample_weight is None:
+            cov.addmm_(block.T, block)
+        else:
+            cov.addmm_((block * sample_weight[rows].double().unsqueeze(1)).T, block)
+    weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
+    return cov / weight
 
 
 def largest_eigenvalue(cov: torch.Tensor) -> float:
     """``lambda_max`` of a symmetric PSD matrix."""
     if cov.shape[0] <= 2048:
         return float(torch.linalg.eigvalsh(cov)[-1].clamp_min(0.0))
-    v = torch.ones(cov.shape[0], dtype=cov.dtype, device=cov.device)
+    # A seeded random start has a component along the top eigenvector almost surely
+    # (a constant start misses, e.g., anti-correlated features).
+    generator = torch.Generator(device=cov.device).manual_seed(0)
+    v = torch.randn(cov.shape[0], generator=generator, dtype=cov.dtype, device=cov.device)
+    v /= v.norm()
     value = 0.0
-    for _ in range(200):
+    for _ in range(1000):
         w = cov @ v
         value_new = float(w.norm())
         if value_new == 0.0:
@@ -81,7 +110,9 @@ def geometric_schedule(sigma0: float, sigma_min: float, cooling: float) -> list[
         raise ValueError("sigma0 and sigma_min must be > 0")
     if sigma_min >= sigma0:
         return [sigma0]
-    steps = math.ceil(math.log(sigma_min / sigma0) / math.log(cooling))
+    # The small slack keeps a ratio that is an exact power of ``cooling`` (up to rounding)
+    # from scheduling ``sigma_min`` twice.
+    steps = math.ceil(math.log(sigma_min / sigma0) / math.log(cooling) - 1e-9)
     schedule = [sigma0 * cooling**t for t in range(steps)]
     schedule.append(sigma_min)
     return schedule

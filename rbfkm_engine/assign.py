@@ -146,6 +146,7 @@ def hard_map(D: torch.Tensor, row_offset: torch.Tensor | None = None) -> EStep:
     ``row_offset``: the true distances are ``D + row_offset[:, None]`` (the solver drops
     ``||x||^2`` from its distance blocks, as no map depends on it).
     """
+    D = _working_dtype(D)
     _, min_dist, labels = _nearest(D, row_offset)
     R = SparseResponsibilities.one_hot(labels, D.shape[1], D.dtype)
     return EStep(R, min_dist, min_dist, labels, 0)
@@ -209,8 +210,12 @@ def entmax15_map(D: torch.Tensor, sigma: float, row_offset: torch.Tensor | None 
 def responsibilities(
     D: torch.Tensor, sigma: float, assignment: str, row_offset: torch.Tensor | None = None
 ) -> EStep:
-    """Dispatch to the map named by ``assignment``; ``sigma <= 0`` means hard."""
-    if assignment == "hard" or sigma <= 0.0:
+    """Dispatch to the map named by ``assignment``.
+
+    ``sigma <= 0``, or so small that it is 0 in the working precision, means hard: that is
+    the limit of both maps, and dividing by it would give NaN.
+    """
+    if assignment == "hard" or sigma < torch.finfo(_working_dtype(D).dtype).tiny:
         return hard_map(D, row_offset)
     if assignment == "softmax":
         return softmax_map(D, sigma, row_offset)

@@ -22,6 +22,7 @@ from .anneal import (
     geometric_schedule,
     largest_eigenvalue,
     weighted_covariance,
+    weighted_mean,
 )
 from .assign import ASSIGNMENTS, responsibilities, to_csr_block
 from .distances import (
@@ -35,6 +36,7 @@ from .init import kmeans_plusplus, random_init
 from .solver import Callback, solve
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -260,7 +262,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
             raise ValueError("sample_weight must be finite and non-negative")
         if float(w.sum()) <= 0:
-            raise ValueError("sample_weight must have a positive sum")
+            raise ValueError(
+                "Sample weights must not be all zero: give at least one sample a positive weight"
+            )
         return w
 
     def _chunk(self, X: torch.Tensor) -> int:
@@ -277,7 +281,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w: torch.Tensor | None,
         x_sq: torch.Tensor,
         generator: torch.Generator,
+        mean: torch.Tensor,
     ) -> torch.Tensor:
+        """Initial centres in the centred frame of ``X`` (``mean`` already subtracted)."""
         if isinstance(self.init, str):
             if self.init == "k-means++":
                 return kmeans_plusplus(
@@ -286,9 +292,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             return random_init(X, self.n_clusters, sample_weight=w, generator=generator)
         init = self.init
         if isinstance(init, torch.Tensor):
-            C = init.detach().to(device=X.device, dtype=X.dtype)
+            C = init.detach().to(device=X.device, dtype=torch.float64)
         else:
-            C = torch.as_tensor(np.asarray(init, dtype=np.float64), device=X.device).to(X.dtype)
+            C = torch.as_tensor(np.asarray(init, dtype=np.float64), device=X.device)
         if C.shape != (self.n_clusters, X.shape[1]):
             raise ValueError(
                 f"init array must have shape (n_clusters, n_features) = "
@@ -296,14 +302,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         if not bool(torch.isfinite(C).all()):
             raise ValueError("init array contains NaN or infinity")
-        return C.clone()
+        return (C - mean).to(X.dtype)
 
-    def _schedule(self, X: torch.Tensor, w: torch.Tensor | None) -> list[float]:
+    def _schedule(self, cov: torch.Tensor) -> list[float]:
         """Temperatures for this fit; empty for hard assignment or degenerate data."""
         if self.assignment == "hard":
             return []
         needs_lambda = self.sigma0 == "auto" or self.sigma_min == "auto"
-        lambda_max = largest_eigenvalue(weighted_covariance(X, w)) if needs_lambda else 1.0
+        lambda_max = largest_eigenvalue(cov) if needs_lambda else 1.0
         if needs_lambda and lambda_max <= 0.0:
             return []  # constant data: nothing to anneal
         sigma0 = (
@@ -348,20 +354,25 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         w = self._weights(sample_weight, Xt)
         rng = check_random_state(self.random_state)
+        # Centre the data, as scikit-learn does: far from the origin the GEMM form of the
+        # distances loses every digit to ||x||^2 in float32.
+        mean = weighted_mean(Xt, w)
+        Xt = Xt - mean.to(Xt.dtype)
+        cov = weighted_covariance(Xt, w, mean=torch.zeros_like(mean))
         x_sq = squared_norms(Xt)
-        variances = weighted_covariance(Xt, w).diagonal()
-        tol = float(self.tol) * float(variances.mean())
-        schedule = self._schedule(Xt, w)
+        tol = float(self.tol) * float(cov.diagonal().mean())
+        schedule = self._schedule(cov)
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None
+        iterations_done = 0
         for run in range(n_init):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
             # Annealing from the collapsed state forgets any initial centres, so it grows
             # them by splitting instead; an explicit init array is honoured as given.
             grow = bool(schedule) and isinstance(self.init, str)
-            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator)
+            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, mean)
             result = solve(
                 Xt,
                 w,
@@ -376,8 +387,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 callback=callback,
                 progress_offset=run / n_init,
                 progress_scale=1.0 / n_init,
+                iteration_offset=iterations_done,
                 verbose=bool(self.verbose),
             )
+            iterations_done += result.n_iter
             if best is None or result.inertia < best.inertia:
                 best = result
             if result.stopped_early:
@@ -390,9 +403,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        self.cluster_centers_ = best.centres.cpu().numpy().astype(out_dtype, copy=False)
-        self.labels_ = best.labels.cpu().numpy().astype(np.int64, copy=False)
-        self.inertia_ = float(best.inertia)
+        del Xt, x_sq
+        self._data_mean = mean.cpu().numpy()
+        self.cluster_centers_ = (best.centres.double().cpu().numpy() + self._data_mean).astype(
+            out_dtype
+        )
+        # Labels and inertia through the same code path as predict and score, so that
+        # labels_ == predict(X) holds exactly whatever the precisions involved.
+        self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
         self.n_iter_ = int(best.n_iter)
         self.sigma_ = float(best.sigma)
         self.history_ = best.history
@@ -434,7 +452,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             dtype=dtype or ("float64" if array.dtype == np.float64 else "float32"),
         )
         model._validate_params_explicitly()
+        if dtype is not None:
+            array = array.astype(_NUMPY_DTYPES[model.dtype])
         model.cluster_centers_ = np.ascontiguousarray(array)
+        model._data_mean = array.mean(axis=0, dtype=np.float64)
         model.n_features_in_ = int(array.shape[1])
         model.sigma_ = float(sigma)
         model.n_iter_ = 0
@@ -444,7 +465,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ inference
     def _predict_inputs(self, X: Any) -> tuple[torch.Tensor, torch.Tensor, np.dtype]:
-        """``X`` and the centres on the device, in the wider of their precisions."""
+        """``X`` and the centres on the device, centred by the fit's mean, in the wider of
+        the fit's and the input's precisions."""
         check_is_fitted(self, "cluster_centers_")
         Xt, out_dtype = self._to_tensor(X, reset=False)
         wide = (
@@ -452,10 +474,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if torch.float64 in (Xt.dtype, _DTYPES.get(self.dtype, torch.float32))
             else torch.float32
         )
-        C = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_)).to(
-            device=Xt.device, dtype=wide
-        )
-        return Xt.to(wide), C, out_dtype
+        mean = torch.from_numpy(self._data_mean).to(Xt.device)
+        C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64)).to(Xt.device)
+        return (Xt.to(wide) - mean.to(wide)), (C - mean).to(wide), out_dtype
 
     def _blocks(self, X: torch.Tensor, C: torch.Tensor):
         """Yield ``(rows, D)`` distance blocks of ``X`` to the centres."""
@@ -464,13 +485,20 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         for rows in iter_chunks(X.shape[0], self._chunk(X)):
             yield rows, squared_distances(X[rows], C, x_sq[rows], c_sq)
 
+    def _labels_inertia(self, X: Any, sample_weight: Any = None) -> tuple[np.ndarray, float]:
+        """Nearest centre of each point and the weighted inertia."""
+        Xt, C, _ = self._predict_inputs(X)
+        w = self._weights(sample_weight, Xt)
+        labels = torch.empty(Xt.shape[0], dtype=torch.long, device=Xt.device)
+        total = torch.zeros((), dtype=torch.float64, device=Xt.device)
+        for rows, D in self._blocks(Xt, C):
+            d_min, labels[rows] = D.min(dim=1)
+            total += (d_min if w is None else w[rows] * d_min).sum(dtype=torch.float64)
+        return labels.cpu().numpy(), float(total)
+
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre for each sample (int64)."""
-        Xt, C, _ = self._predict_inputs(X)
-        labels = torch.empty(Xt.shape[0], dtype=torch.long, device=Xt.device)
-        for rows, D in self._blocks(Xt, C):
-            labels[rows] = D.argmin(dim=1)
-        return labels.cpu().numpy()
+        return self._labels_inertia(X)[0]
 
     def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
         """Fit, then return ``labels_``."""
@@ -504,10 +532,4 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Minus the (weighted) inertia of ``X`` against the fitted centres."""
-        Xt, C, _ = self._predict_inputs(X)
-        w = self._weights(sample_weight, Xt)
-        total = torch.zeros((), dtype=torch.float64, device=Xt.device)
-        for rows, D in self._blocks(Xt, C):
-            d_min = D.min(dim=1).values
-            total += (d_min if w is None else w[rows] * d_min).sum(dtype=torch.float64)
-        return -float(total)
+        return -self._labels_inertia(X, sample_weight)[1]

@@ -262,10 +262,16 @@ class _Budget:
     """Iteration bookkeeping shared by the phases, and the progress callback."""
 
     def __init__(
-        self, max_iter: int, callback: Callback | None, offset: float, scale: float
+        self,
+        max_iter: int,
+        callback: Callback | None,
+        offset: float,
+        scale: float,
+        iteration_offset: int = 0,
     ) -> None:
         self.max_iter = max_iter
         self.n_iter = 0
+        self.iteration_offset = iteration_offset
         self.callback = callback
         self.offset = offset
         self.scale = scale
@@ -277,7 +283,7 @@ class _Budget:
             return
         info = FitProgress(
             sigma=sigma,
-            iteration=self.n_iter,
+            iteration=self.iteration_offset + self.n_iter,
             objective=objective,
             fraction=min(1.0, self.offset + self.scale * fraction),
             phase=phase,
@@ -419,7 +425,9 @@ def lloyd(
         C = C_new
         iters += 1
         budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * iters / room, "lloyd")
-        if shift <= tol and n_empty == 0:
+        # Re-seeding an empty cluster moves its centre, so it shows in the shift; where it
+        # cannot move (every point coincides with a centre) this is still a fixed point.
+        if shift <= tol:
             converged = True
             break
     if last is not None:
@@ -444,6 +452,7 @@ def solve(
     callback: Callback | None = None,
     progress_offset: float = 0.0,
     progress_scale: float = 1.0,
+    iteration_offset: int = 0,
     verbose: bool = False,
 ) -> SolverResult:
     """Anneal over ``schedule`` (empty: plain Lloyd from ``C0``), then Lloyd to a fixed point.
@@ -454,7 +463,7 @@ def solve(
     grows the centres by phase transitions (see :func:`anneal`); otherwise from ``C0``.
     """
     fp = FixedPointIteration(X, sample_weight, n_clusters, chunk_size)
-    budget = _Budget(max_iter, callback, progress_offset, progress_scale)
+    budget = _Budget(max_iter, callback, progress_offset, progress_scale, iteration_offset)
     history: list[dict[str, float]] = []
     split = C0 is None
     if C0 is None:
