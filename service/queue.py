@@ -33,6 +33,11 @@ files (each attempt writes its own directory, so it never touches the winner's).
 has finished is never started again: a claim of an entry whose job is finished, canceled,
 deleted or superseded by a newer entry only acknowledges it.
 
+The reaper: :meth:`JobQueue.claim` itself takes over lapsed entries first, and busy workers
+call :meth:`JobQueue.reap` with each heartbeat, which moves a lapsed entry back to the
+queue as a fresh entry (or dead-letters it), so a dead worker's job shows as queued and
+is picked up even when no worker is idle.
+
 Why a long job is not reclaimed: while a job runs, its worker renews the lease every
 ``lease_s / 3`` with ``XCLAIM ... JUSTID`` on its own consumer, which resets the entry's
 idle time; ``XAUTOCLAIM`` only takes entries idle longer than ``lease_s``. The renewal is a
@@ -58,6 +63,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -140,35 +146,60 @@ redis.call('ZADD', status_key('queued'), ARGV[7], id)
 return 1
 """
 
-# ARGV[4..] entry, consumer, max_attempts, now_iso, now_ts, ttl, progress
-_CLAIM = """
+# Checks shared by claim and reap, for an entry this consumer holds. Returns a reply when
+# there is nothing to run (acknowledging the entry where it is done with), nil otherwise.
+# ARGV[4..] entry, consumer, max_attempts, now_iso, now_ts, ttl
+_TRIAGE = """
 local entry = ARGV[4]
-if not owns(entry, ARGV[5]) then return {'lost'} end
-if redis.call('EXISTS', key) == 0 then ack(entry) return {'skip', 'missing'} end
-local h = redis.call('HMGET', key, 'status', 'entry', 'cancel', 'dataset_id', 'params')
-if h[2] ~= entry then ack(entry) return {'skip', 'superseded'} end
-if h[1] ~= 'queued' and h[1] ~= 'running' then ack(entry) return {'skip', h[1]} end
-if h[3] == '1' then
-  finish('canceled', ARGV[7], ARGV[8], ARGV[9])
-  ack(entry)
-  return {'skip', 'canceled'}
+local function triage()
+  if not owns(entry, ARGV[5]) then return {'lost'} end
+  if redis.call('EXISTS', key) == 0 then ack(entry) return {'skip', 'missing'} end
+  local h = redis.call('HMGET', key, 'status', 'entry', 'cancel', 'attempts', 'handbacks')
+  if h[2] ~= entry then ack(entry) return {'skip', 'superseded'} end
+  if h[1] ~= 'queued' and h[1] ~= 'running' then ack(entry) return {'skip', h[1]} end
+  if h[3] == '1' then
+    finish('canceled', ARGV[7], ARGV[8], ARGV[9])
+    ack(entry)
+    return {'skip', 'canceled'}
+  end
+  local used = tonumber(h[4]) - tonumber(h[5] or '0')
+  if used >= tonumber(ARGV[6]) then
+    local err = 'gave up after ' .. used .. ' attempts: the worker running the job ' ..
+      'died or lost its lease each time'
+    redis.call('HSET', key, 'error', err)
+    finish('failed', ARGV[7], ARGV[8], ARGV[9])
+    dead_letter(err, ARGV[7])
+    ack(entry)
+    return {'dead', used}
+  end
+  return nil
 end
+"""
+
+# ARGV[4..] as _TRIAGE, then progress
+_CLAIM = (
+    _TRIAGE
+    + """
+local skip = triage()
+if skip then return skip end
 local n = redis.call('HINCRBY', key, 'attempts', 1)
-local handed_back = tonumber(redis.call('HGET', key, 'handbacks') or '0')
-if n - handed_back > tonumber(ARGV[6]) then
-  n = redis.call('HINCRBY', key, 'attempts', -1)
-  local err = 'gave up after ' .. (n - handed_back) .. ' attempts: the worker running ' ..
-    'the job died or lost its lease each time'
-  redis.call('HSET', key, 'error', err)
-  finish('failed', ARGV[7], ARGV[8], ARGV[9])
-  dead_letter(err, ARGV[7])
-  ack(entry)
-  return {'dead', n}
-end
 move('running')
 redis.call('HSET', key, 'started_at', ARGV[7], 'consumer', ARGV[5], 'progress', ARGV[10])
-return {'run', n, h[4], h[5]}
+local h = redis.call('HMGET', key, 'dataset_id', 'params')
+return {'run', n, h[1], h[2]}
 """
+)
+
+# ARGV[4..] as _TRIAGE: a lapsed entry goes back to the queue (or to the dead letters).
+_REAP = (
+    _TRIAGE
+    + """
+local skip = triage()
+if skip then return skip end
+requeue(entry)
+return {'requeued'}
+"""
+)
 
 # ARGV[4..] entry, consumer, attempt
 _RENEW = """
@@ -362,6 +393,7 @@ class JobQueue:
             for name, body in {
                 "submit": _SUBMIT,
                 "claim": _CLAIM,
+                "reap": _REAP,
                 "renew": _RENEW,
                 "progress": _PROGRESS,
                 "succeed": _SUCCEED,
@@ -552,15 +584,15 @@ class JobQueue:
             self.client.srem(self._workers, *dead)
         return len(names) - len(dead)
 
-    def _start(self, entry_id: str, fields: Any, consumer: str) -> Claim | None:
-        """Turn a delivered entry into a claim, or acknowledge it if there is nothing to run."""
+    def _triage(self, script: str, entry_id: str, fields: Any, consumer: str) -> Any:
+        """Run the claim or reap script on a delivered entry; None if it names no job."""
         job_id = _text((fields or {}).get(b"job", (fields or {}).get("job")))
         if job_id is None:  # not one of ours, or its body was trimmed: nothing to run
             self.client.xack(self.stream, self.group, entry_id)
             return None
         now_iso, now_ts = _now()
         reply = self._call(
-            "claim",
+            script,
             job_id,
             entry_id,
             consumer,
@@ -571,26 +603,32 @@ class JobQueue:
             json.dumps(_EMPTY_PROGRESS),
         )
         outcome = _text(reply[0])
-        if outcome == "run":
-            return Claim(
-                job_id=job_id,
-                attempt=int(reply[1]),
-                entry_id=entry_id,
-                consumer=consumer,
-                dataset_id=_text(reply[2]),
-                params=json.loads(_text(reply[3])),
-            )
         if outcome == "dead":
             log.warning("job %s dead-lettered after %s attempts", job_id, reply[1])
-        else:
+        elif outcome not in ("run", "requeued"):
             log.debug("entry %s of job %s skipped: %s", entry_id, job_id, reply[1:])
-        return None
+        return job_id, outcome, reply
 
-    def claim(self, consumer: str, block_ms: int = 1000) -> Claim | None:
-        """Take one job: first an entry whose lease lapsed, then a new one; None if none."""
+    def _start(self, entry_id: str, fields: Any, consumer: str) -> Claim | None:
+        """Turn a delivered entry into a claim, or acknowledge it if there is nothing to run."""
+        triaged = self._triage("claim", entry_id, fields, consumer)
+        if triaged is None or triaged[1] != "run":
+            return None
+        job_id, _, reply = triaged
+        return Claim(
+            job_id=job_id,
+            attempt=int(reply[1]),
+            entry_id=entry_id,
+            consumer=consumer,
+            dataset_id=_text(reply[2]),
+            params=json.loads(_text(reply[3])),
+        )
+
+    def _lapsed(self, consumer: str) -> Iterator[tuple[str, Any]]:
+        """Take over pending entries idle longer than the lease, one at a time."""
         lease_ms = max(1, int(self.lease_s * 1000))
         cursor: Any = "0-0"
-        for _ in range(1000):  # one pending entry per call: taking more would hold them idle
+        for _ in range(1000):  # one entry per call: taking more would hold them idle
             try:
                 reply = self.client.xautoclaim(
                     self.stream, self.group, consumer, lease_ms, start_id=cursor, count=1
@@ -599,14 +637,34 @@ class JobQueue:
                 if "NOGROUP" not in str(exc):
                     raise
                 self.ensure_group()
-                continue
+                return
             cursor = _text(reply[0])
             for entry_id, fields in reply[1]:
-                claim = self._start(_text(entry_id), fields, consumer)
-                if claim is not None:
-                    return claim
+                yield _text(entry_id), fields
             if cursor == "0-0":
-                break
+                return
+
+    def reap(self, consumer: str, limit: int = 10) -> int:
+        """Requeue (or dead-letter) up to ``limit`` jobs whose worker's lease lapsed.
+
+        Busy workers call this from their heartbeat, so a dead worker's job goes back to
+        the queue (and shows as queued) even when no worker is idle to reclaim it.
+        """
+        done = 0
+        for entry_id, fields in self._lapsed(consumer):
+            triaged = self._triage("reap", entry_id, fields, consumer)
+            if triaged is not None and triaged[1] in ("requeued", "dead"):
+                done += 1
+                if done >= limit:
+                    break
+        return done
+
+    def claim(self, consumer: str, block_ms: int = 1000) -> Claim | None:
+        """Take one job: first an entry whose lease lapsed, then a new one; None if none."""
+        for entry_id, fields in self._lapsed(consumer):
+            claim = self._start(entry_id, fields, consumer)
+            if claim is not None:
+                return claim
         deadline = time.monotonic() + block_ms / 1000
         while True:
             wait_ms = max(1, int((deadline - time.monotonic()) * 1000)) if block_ms else None

@@ -155,7 +155,8 @@ class DeviceLock:
 
 
 class _LeaseKeeper:
-    """Background thread: renews the lease and notices cancel or fencing while a job runs."""
+    """Background thread while a job runs: renews the lease, reaps dead workers' jobs, and
+    notices cancel or fencing."""
 
     def __init__(self, queue: JobQueue, claim: Claim, heartbeat_s: float, poll_s: float):
         self.queue = queue
@@ -178,6 +179,7 @@ class _LeaseKeeper:
                     next_renew = time.monotonic() + self.heartbeat_s
                     renewed = self.queue.renew(self.claim)
                     self.queue.worker_heartbeat(self.claim.consumer)
+                    self.queue.reap(self.claim.consumer)  # dead workers' jobs back to the queue
                     if renewed:
                         continue
                 reason = self.queue.stop_reason(self.claim)

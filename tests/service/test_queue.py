@@ -488,3 +488,36 @@ def test_a_claim_that_lost_its_entry_changes_nothing(make_queue: MakeQueue) -> N
     assert current is not None
     assert current["attempts"] == 1
     assert [p["consumer"] for p in _pending(queue)] == [b"b"]
+
+
+def test_reap_requeues_a_dead_workers_job_then_dead_letters(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.1, max_attempts=2)
+    job = queue.submit("ds", {})
+    _claim(queue, "dies")
+    assert queue.reap("busy") == 0  # lease still held
+    time.sleep(0.15)
+    assert queue.reap("busy") == 1
+    requeued = queue.get(job["id"])
+    assert requeued is not None
+    assert (requeued["status"], requeued["attempts"]) == ("queued", 1)
+    assert _pending(queue) == []
+    assert queue.depth() == 1
+    assert _claim(queue, "dies again").attempt == 2
+    time.sleep(0.15)
+    assert queue.reap("busy") == 1
+    failed = queue.get(job["id"])
+    assert failed is not None
+    assert (failed["status"], failed["attempts"]) == ("failed", 2)
+    assert "died" in failed["error"]
+    assert queue.claim("w", block_ms=50) is None
+
+
+def test_reap_leaves_renewed_leases_alone(make_queue: MakeQueue) -> None:
+    queue = make_queue(lease_s=0.2)
+    queue.submit("ds", {})
+    claim = _claim(queue, "alive")
+    for _ in range(4):
+        time.sleep(0.1)
+        assert queue.renew(claim)
+        assert queue.reap("busy") == 0
+    assert queue.succeed(claim, {}) is True

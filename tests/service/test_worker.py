@@ -348,6 +348,26 @@ def test_heartbeats_keep_a_long_job_from_being_reclaimed(
     assert len(iterations - {None}) >= 2  # progress moved while it ran
 
 
+def test_busy_worker_reaps_a_dead_workers_job(
+    make_queue: Callable[..., JobQueue], make_worker: Callable[..., Worker]
+) -> None:
+    queue = make_queue(lease_s=0.6)
+    orphan = queue.submit("ds", PARAMS)["id"]
+    assert queue.claim("dies", block_ms=50) is not None  # its worker is gone from here on
+    busy = queue.submit("ds", {**SLOW, "max_iter": 60})["id"]
+    thread = _run_in_thread(make_worker(queue, estimator=SlowRBFKMeans))
+    try:
+        _wait_for(lambda: _status(queue, busy) == "running", what="the busy job to run")
+        _wait_for(lambda: _status(queue, orphan) == "queued", 10, "the orphan to be reaped")
+        assert _status(queue, busy) == "running"  # reaped while the worker was busy
+    finally:
+        queue.cancel(busy)
+        thread.join(timeout=15)
+    job = queue.get(orphan)
+    assert job is not None
+    assert job["attempts"] == 1
+
+
 def test_device_lock_allows_one_job_per_device(
     queue: JobQueue, make_worker: Callable[..., Worker], data_dir: Path
 ) -> None:
