@@ -245,7 +245,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         )
         if dtype is None:
             dtype = torch.float64 if array.dtype == np.float64 else torch.float32
-        return torch.from_numpy(array).to(device=device, dtype=dtype), array.dtype
+        with warnings.catch_warnings():
+            # A read-only array (a memory-mapped file) is fine: fit and predict never write
+            # to it, they work on a centred copy.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            tensor = torch.from_numpy(array)
+        return tensor.to(device=device, dtype=dtype), array.dtype
 
     def _weights(self, sample_weight: Any, X: torch.Tensor) -> torch.Tensor | None:
         if sample_weight is None:
