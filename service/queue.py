@@ -31,7 +31,13 @@ success, failure, cancel) is a script that first checks ``attempts == claim.atte
 older number and changes nothing — its :meth:`succeed` returns False and it discards its
 files (each attempt writes its own directory, so it never touches the winner's). A job that
 has finished is never started again: a claim of an entry whose job is finished, canceled,
-deleted or superseded by a newer entry only acknowledges it.
+deleted or superseded by a newer entry only acknowledges it. The claim script also checks
+that the entry is still this consumer's, so a worker that read an entry and stalled before
+starting it cannot start it after another worker took it over.
+
+Cancel: a queued job is canceled at once (its entry is acknowledged when a worker meets
+it); a running job gets a flag that its worker polls; once it is set, :meth:`succeed`
+refuses, so a cancel accepted while the job runs always ends it canceled.
 
 The reaper: :meth:`JobQueue.claim` itself takes over lapsed entries first, and busy workers
 call :meth:`JobQueue.reap` with each heartbeat, which moves a lapsed entry back to the
@@ -52,6 +58,8 @@ dead-letter stream with status failed; so does a job whose last allowed attempt 
 a retryable error, and at once one that failed on bad input. Finished jobs' hashes expire
 after ``ttl_s``. Every transition is one Lua script, so it is atomic. The scripts build the
 index key names from the prefix, so this needs one Redis (or a primary), not a cluster.
+The guarantees hold as long as Redis keeps its writes: run it with AOF persistence (as the
+docker-compose file does); a crash of Redis itself can lose the last second of writes.
 """
 
 from __future__ import annotations
