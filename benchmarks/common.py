@@ -314,6 +314,63 @@ def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict
     return out
 
 
+def in_fit_gemm(X: Any, C0: Any, n_iter: int, device: str = "cpu") -> dict[str, Any] | None:
+    """GFLOP/s of the distance GEMMs inside a real ``RBFKMeans(assignment="hard").fit``.
+
+    Profiles one fit from ``C0`` (``n_iter`` iterations, tol 0) with ``torch.profiler`` and
+    sums the time of every top-level ``aten::addmm`` / ``aten::mm`` whose operands are a
+    ``(rows, d)`` block of X and the ``(d, k)`` centroids, whatever function of the engine
+    issues them: this is the distance step as the solver runs it. None without the engine.
+    """
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        from rbfkm_engine import RBFKMeans
+    except ImportError:
+        return None
+    X = torch.as_tensor(X).to(device)
+    C0n = np.asarray(_to_numpy(C0))
+    d = X.shape[1]
+    k = C0n.shape[0]
+    cuda = device.startswith("cuda")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    model = RBFKMeans(k, assignment="hard", init=C0n, max_iter=n_iter, tol=0.0, device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(X[: max(4 * k, 2000)])  # warm-up
+        with profile(activities=acts, record_shapes=True) as prof:
+            model.fit(X)
+            synchronize(device)
+    names = ("aten::addmm", "aten::mm")
+    total_us, rows = 0.0, 0
+    for evt in prof.events():
+        if evt.name not in names or not evt.input_shapes:
+            continue
+        parent = getattr(evt, "cpu_parent", None)
+        if parent is not None and parent.name in names:
+            continue
+        shapes = [list(sh) for sh in evt.input_shapes]
+        # addmm(bias, block, C^T) / mm(block, C^T)
+        block, other = shapes[1:3] if evt.name == "aten::addmm" else shapes[0:2]
+        if len(block) != 2 or block[1] != d or other != [d, k]:
+            continue
+        if cuda:
+            dev_t = getattr(evt, "device_time_total", None)
+            total_us += dev_t if dev_t is not None else evt.cuda_time_total
+        else:
+            total_us += evt.cpu_time_total
+        rows += block[0]
+    if total_us <= 0:
+        return {"gemm_s": None, "rows": 0, "gflops": None, "iterations": int(model.n_iter_)}
+    return {
+        "gemm_s": total_us / 1e6,
+        "rows": rows,
+        "gflops": 2.0 * rows * d * k / (total_us * 1e3),
+        "iterations": int(model.n_iter_),
+    }
+
+
 # --------------------------------------------------------------------------- memory
 
 

@@ -160,9 +160,12 @@ def speed_part(common: Any, ds: Any, methods: list[str], C0: Any, args: argparse
     return rows
 
 
-def distance_part(common: Any, ds: Any, C0: Any, repeats: int) -> dict[str, Any]:
-    """GFLOP/s of plain torch.matmul (n x d @ d x k) and of the engine's chunked distances."""
-    return common.distance_step(ds.X, C0, max(3, repeats))
+def distance_part(common: Any, ds: Any, C0: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """GFLOP/s of plain torch.matmul (n x d @ d x k), of the engine's chunked distances and
+    of the distance GEMMs inside a profiled hard fit."""
+    out = common.distance_step(ds.X, C0, max(5, args.repeats))
+    out["in_fit"] = common.in_fit_gemm(ds.X, C0, args.iters)
+    return out
 
 
 def memory_part(
@@ -325,13 +328,18 @@ def judge(common: Any, ds: Any, res: dict[str, Any]) -> list[dict[str, Any]]:
             f"wall {e['wall_mean_s']:.3f}s vs {s['wall_mean_s']:.3f}s "
             f"({e['wall_mean_s'] / s['wall_mean_s']:.2f}x); per-seed wins {wins}/{len(e['runs'])}",
         )
-    if dist.get("engine_gflops"):
-        frac = dist["engine_gflops"] / dist["matmul_gflops"]
+    in_fit = (dist.get("in_fit") or {}).get("gflops")
+    if in_fit or dist.get("engine_gflops"):
+        # judged on the GEMMs inside the fit when profiled, else on squared_distances
+        engine = in_fit or dist["engine_gflops"]
+        frac = engine / dist["matmul_gflops"]
+        what = "in-fit distance GEMMs" if in_fit else "engine squared_distances"
         add(
             "c",
             frac >= TARGET_GEMM_FRACTION,
-            f"engine distances {dist['engine_gflops']:.1f} GFLOP/s vs torch.matmul "
-            f"{dist['matmul_gflops']:.1f} GFLOP/s = {frac:.0%} (>= {TARGET_GEMM_FRACTION:.0%})",
+            f"{what} {engine:.1f} GFLOP/s vs torch.matmul {dist['matmul_gflops']:.1f} GFLOP/s"
+            f" = {frac:.0%} (>= {TARGET_GEMM_FRACTION:.0%}); squared_distances loop "
+            f"{common.fmt(dist.get('engine_gflops'), '.1f')} GFLOP/s",
         )
     bound = res["memory_bound"]
     for m in common.ENGINE_METHODS:
@@ -425,6 +433,12 @@ def print_dataset(common: Any, ds: Any, res: dict[str, Any], args: argparse.Name
             f", engine squared_distances (chunks of {dist['chunk_rows']} rows) "
             f"{dist['engine_gflops']:.1f} GFLOP/s"
             f" = {dist['engine_gflops'] / dist['matmul_gflops']:.0%}"
+        )
+    in_fit = dist.get("in_fit") or {}
+    if in_fit.get("gflops"):
+        line += (
+            f"; inside a profiled hard fit {in_fit['gflops']:.1f} GFLOP/s"
+            f" = {in_fit['gflops'] / dist['matmul_gflops']:.0%}"
         )
     print(line)
     b = res["memory_bound"]
@@ -539,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
             res: dict[str, Any] = {"key": key, "shape": list(ds.shape)}
             progress(ds.name, "speed", started)
             res["speed"] = speed_part(common, ds, methods, C0, args)
-            res["distance"] = distance_part(common, ds, C0, args.repeats)
+            res["distance"] = distance_part(common, ds, C0, args)
             progress(ds.name, "memory", started)
             res["memory"] = memory_part(common, ds, methods, C0, args, Path(tmpdir))
             res["memory_bound"] = memory_bound(common, ds)
