@@ -142,6 +142,26 @@ def test_energy_is_the_regularised_minimum(D: torch.Tensor, sigma: float, assign
         assert torch.all(step.energy <= other + 1e-6 * (1 + sigma + other.abs()))
 
 
+@PROPERTY
+@given(
+    D=distance_rows(),
+    sigma=sigmas,
+    assignment=st.sampled_from(ASSIGNMENTS),
+    shift=st.floats(-50.0, 50.0),
+)
+def test_row_offset_gives_the_same_map(
+    D: torch.Tensor, sigma: float, assignment: str, shift: float
+) -> None:
+    # The solver hands the maps D - ||x||^2 and the offset separately: the responsibilities
+    # must not change, and min_dist / energy must be those of the true distances.
+    offset = torch.linspace(0.0, 1.0, D.shape[0], dtype=D.dtype) * shift + 7.0
+    ref = responsibilities(D, sigma, assignment)
+    got = responsibilities(D - offset[:, None], sigma, assignment, row_offset=offset)
+    torch.testing.assert_close(dense(got), dense(ref), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(got.min_dist, ref.min_dist, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(got.energy, ref.energy, atol=1e-8 * (1 + sigma), rtol=1e-9)
+
+
 # -------------------------------------------------------------------------------- sparsity
 
 

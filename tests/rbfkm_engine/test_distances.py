@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from rbfkm_engine.distances import (
     DEFAULT_BUDGET_BYTES,
+    cache_chunk_size,
     chunk_size_for,
     iter_chunks,
     pairwise_squared_distances,
@@ -160,3 +161,13 @@ def test_default_chunk_is_used_for_large_n(monkeypatch: pytest.MonkeyPatch) -> N
     D = distances.pairwise_squared_distances(X, C)
     assert max(calls) <= 64 and sum(calls) == 1000
     torch.testing.assert_close(D, brute_force(X, C))
+
+
+def test_cache_chunk_size() -> None:
+    cpu = torch.device("cpu")
+    for k in (1, 8, 256, 4096, 100_000):
+        rows = cache_chunk_size(k, cpu, 4)
+        assert rows >= 1
+        # About 1 MiB per (rows, k) block, but never so few rows that the GEMM starves.
+        assert rows * k * 4 <= 1024**2 or rows <= 256
+    assert cache_chunk_size(8, cpu, 8) <= cache_chunk_size(8, cpu, 4)

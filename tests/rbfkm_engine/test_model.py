@@ -163,6 +163,42 @@ def test_accepts_torch_tensor_and_list(blobs: Dataset) -> None:
     np.testing.assert_array_equal(ref.predict(torch.from_numpy(blobs.X)), ref.labels_)
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("sigma", (0.05, 0.5, 5.0))
+@pytest.mark.parametrize("weighted", (False, True))
+def test_one_fixed_point_step_equals_dense_reference(
+    assignment: str, sigma: float, weighted: bool
+) -> None:
+    # The solver's fused E/M pass (sparse index_add for entmax/hard, GEMM for dense)
+    # against the textbook update c_j = sum_i w_i R_ij x_i / sum_i w_i R_ij.
+    from entmax import entmax15
+
+    from rbfkm_engine.solver import FixedPointIteration
+
+    rng = np.random.default_rng(21)
+    X = torch.from_numpy(rng.normal(size=(300, 3)))
+    C = torch.from_numpy(rng.normal(size=(12, 3)))
+    w = torch.from_numpy(rng.uniform(0.1, 3.0, 300)) if weighted else None
+    fp = FixedPointIteration(X, w, 12, chunk_size=37)
+    num, den, stats = fp.step(C, sigma, assignment)
+    C_new, _ = fp.update(C, num, den)
+
+    D = torch.cdist(X, C) ** 2
+    if assignment == "softmax":
+        R = torch.softmax(-D / sigma, dim=1)
+    elif assignment == "entmax15":
+        R = entmax15(-D / sigma, dim=1)
+    else:
+        R = torch.nn.functional.one_hot(D.argmin(dim=1), 12).double()
+    Rw = R if w is None else R * w[:, None]
+    expected = (Rw.T @ X) / Rw.sum(dim=0)[:, None]
+    alive = Rw.sum(dim=0) > 0
+    torch.testing.assert_close(C_new[alive], expected[alive], atol=1e-9, rtol=1e-9)
+    wt = torch.ones(300, dtype=torch.float64) if w is None else w
+    np.testing.assert_allclose(stats.inertia, float((wt * D.min(dim=1).values).sum()), rtol=1e-9)
+    np.testing.assert_allclose(stats.mean_nnz, float((R > 0).sum()) / 300, rtol=1e-12)
+
+
 # ---------------------------------------------------------------- fixed points on shape data
 
 
@@ -379,6 +415,41 @@ def test_k_equals_n(assignment: str) -> None:
     m = model(n_clusters=len(X), assignment=assignment).fit(X)
     assert len(np.unique(m.labels_)) == len(X)
     assert m.inertia_ == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_single_cluster_is_the_weighted_mean(assignment: str, moons: Dataset) -> None:
+    w = np.linspace(0.5, 2.0, len(moons.X))
+    m = model(n_clusters=1, assignment=assignment, dtype="float64").fit(moons.X, sample_weight=w)
+    np.testing.assert_allclose(m.cluster_centers_[0], np.average(moons.X, axis=0, weights=w))
+    assert np.all(m.labels_ == 0)
+    np.testing.assert_allclose(m.inertia_, inertia_of(moons.X, m.cluster_centers_, w))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("max_iter", (1, 2, 3))
+def test_tiny_iteration_budget(assignment: str, max_iter: int, blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k, assignment=assignment, max_iter=max_iter).fit(blobs.X)
+    assert 1 <= m.n_iter_ <= max_iter
+    assert m.cluster_centers_.shape == (blobs.k, 2)
+    assert np.all(np.isfinite(m.cluster_centers_))
+    np.testing.assert_array_equal(m.labels_, m.predict(blobs.X))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_k_close_to_n(assignment: str) -> None:
+    X = np.random.default_rng(9).normal(size=(12, 3))
+    m = model(n_clusters=11, assignment=assignment).fit(X)
+    assert len(np.unique(m.labels_)) == 11
+    assert np.all(np.isfinite(m.cluster_centers_))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_more_features_than_samples(assignment: str) -> None:
+    rng = np.random.default_rng(10)
+    X = np.vstack([rng.normal(0, 0.1, (10, 200)), rng.normal(3, 0.1, (10, 200))])
+    m = model(n_clusters=2, assignment=assignment).fit(X)
+    assert sorted(np.bincount(m.labels_).tolist()) == [10, 10]
 
 
 def test_k_greater_than_n_raises() -> None:
