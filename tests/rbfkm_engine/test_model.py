@@ -106,6 +106,23 @@ def test_predict_transform_soft_assign_score(assignment: str, blobs: Dataset) ->
     np.testing.assert_allclose(score, -inertia_of(X_new, m.cluster_centers_), rtol=1e-4)
 
 
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+@pytest.mark.parametrize("sigma", (None, 0.3, 3.0))
+def test_soft_assign_equals_the_reference_map(assignment: str, sigma: float | None) -> None:
+    from entmax import entmax15
+
+    data = well_separated_blobs(n=200, k=3, d=2, seed=12)
+    X = data.X + 50.0  # away from the origin: the centring must not change the answer
+    m = model(n_clusters=3, assignment=assignment, dtype="float64").fit(X)
+    s = m.sigma_ if sigma is None else sigma
+    assert s > 0
+    z = -torch.from_numpy(cdist(X, m.cluster_centers_, "sqeuclidean")) / s
+    ref = torch.softmax(z, dim=1) if assignment == "softmax" else entmax15(z, dim=1)
+    got = m.soft_assign(X, sigma=sigma)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got.toarray(), ref.numpy(), atol=1e-8)
+
+
 def test_fit_predict_equals_labels(blobs: Dataset) -> None:
     labels = model(n_clusters=blobs.k).fit_predict(blobs.X)
     m = model(n_clusters=blobs.k).fit(blobs.X)
@@ -587,6 +604,24 @@ def test_callback_receives_progress(assignment: str, blobs: Dataset) -> None:
         # Once in the final Lloyd phase the fit never goes back to annealing.
         if "lloyd" in phases:
             assert "anneal" not in phases[phases.index("lloyd") :]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("data_name", ("blobs", "moons"))
+def test_objective_never_increases_at_a_fixed_temperature(assignment: str, data_name: str) -> None:
+    # E-step and M-step each minimise J_sigma exactly (over R, then over C), so at a fixed
+    # sigma the objective the callback reports can only go down.
+    from .conftest import load_dataset
+
+    X = load_dataset(data_name).X
+    seen: list[FitProgress] = []
+    model(n_clusters=5, assignment=assignment, dtype="float64", tol=1e-10).fit(
+        X, callback=seen.append
+    )
+    for sigma, group in itertools.groupby(seen, key=lambda p: (p.phase, p.sigma)):
+        objectives = [p.objective for p in group]
+        for before, after in itertools.pairwise(objectives):
+            assert after <= before + 1e-9 * (1 + abs(before)), (sigma, objectives)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
