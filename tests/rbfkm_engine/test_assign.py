@@ -144,7 +144,7 @@ def test_energy_is_the_regularised_minimum(D: torch.Tensor, sigma: float, assign
 
 @PROPERTY
 @given(
-    D=distance_rows(),
+    D=tie_free_rows(),  # subtracting the offset must not round two distances into a tie
     sigma=sigmas,
     assignment=st.sampled_from(ASSIGNMENTS),
     shift=st.floats(-50.0, 50.0),
