@@ -55,7 +55,8 @@ def test_cuda_reproducible() -> None:
     a = RBFKMeans(n_clusters=4, device="cuda", random_state=5).fit(data.X)
     b = RBFKMeans(n_clusters=4, device="cuda", random_state=5).fit(data.X)
     np.testing.assert_array_equal(a.labels_, b.labels_)
-    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-6)
+    # CUDA index_add_ uses atomics: sums may differ in the last bits between runs.
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-4)
 
 
 @pytest.mark.parametrize("assignment", ("softmax", "entmax15"))

@@ -216,6 +216,49 @@ def test_one_fixed_point_step_equals_dense_reference(
     np.testing.assert_allclose(stats.mean_nnz, float((R > 0).sum()) / 300, rtol=1e-12)
 
 
+def test_torch_tensor_inputs_are_validated(blobs: Dataset) -> None:
+    X = torch.from_numpy(blobs.X)
+    half = model(n_clusters=blobs.k).fit(X.half())
+    assert half.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(half.predict(X.half()), half.labels_)
+    bad = X.clone()
+    bad[5, 0] = float("nan")
+    with pytest.raises(ValueError):
+        model(n_clusters=3).fit(bad)
+    with pytest.raises(ValueError):
+        model(n_clusters=3).fit(X[None])
+    with pytest.raises(ValueError):
+        model(n_clusters=3).fit(X[:0])
+    m = model(n_clusters=3).fit(X)
+    with pytest.raises(ValueError):
+        m.predict(bad)
+    with pytest.raises(ValueError, match="feature"):
+        m.predict(torch.ones(3, 5, dtype=torch.float64))
+
+
+def test_init_as_torch_tensor(blobs: Dataset) -> None:
+    init = torch.from_numpy(blobs.X[:4])
+    a = model(n_clusters=4, assignment="hard", init=init, dtype="float64").fit(blobs.X)
+    b = model(n_clusters=4, assignment="hard", init=blobs.X[:4], dtype="float64").fit(blobs.X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+
+
+@pytest.mark.parametrize("sigma", (-1.0, float("nan"), float("inf")))
+def test_soft_assign_rejects_bad_sigma(sigma: float, blobs: Dataset) -> None:
+    m = model(n_clusters=3).fit(blobs.X)
+    with pytest.raises(ValueError, match="sigma"):
+        m.soft_assign(blobs.X, sigma=sigma)
+    with pytest.raises(ValueError, match="sigma"):
+        RBFKMeans.from_centers(m.cluster_centers_, sigma=sigma, device="cpu")
+
+
+def test_soft_assign_sigma_zero_is_hard(blobs: Dataset) -> None:
+    m = model(n_clusters=blobs.k).fit(blobs.X)
+    hard = m.soft_assign(blobs.X, sigma=0.0)
+    assert hard.nnz == len(blobs.X)
+    np.testing.assert_array_equal(np.asarray(hard.argmax(axis=1)).ravel(), m.labels_)
+
+
 # ---------------------------------------------------------------- fixed points on shape data
 
 
