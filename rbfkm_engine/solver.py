@@ -93,6 +93,8 @@ class FixedPointIteration:
         self.x_sq = squared_norms(X)
         self.min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
         self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
+        # Number of centres ``labels`` refers to; 0 when they are stale (see ``forget``).
+        self._labels_for = 0
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
 
     def step(
@@ -113,12 +115,17 @@ class FixedPointIteration:
         nnz = 0
         n_soft = 0
         c_sq = squared_norms(C).unsqueeze(0)
+        hints = self._labels_for == C.shape[0]
+
+        def hint_for(rows: slice) -> torch.Tensor | None:
+            return self.labels[rows] if hints else None
+
         for rows in iter_chunks(X.shape[0], self.chunk_size):
             Xc = X[rows]
             wc = None if w is None else w[rows]
             x_sq = self.x_sq[rows]
             D = torch.addmm(c_sq, Xc, C.T, alpha=-2.0)
-            e = responsibilities(D, sigma, assignment, row_offset=x_sq)
+            e = responsibilities(D, sigma, assignment, row_offset=x_sq, hint=hint_for(rows))
             self.min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
             if wc is None:
@@ -133,6 +140,7 @@ class FixedPointIteration:
             _accumulate(num, den, Xc, wc, R)
             if need_spread:
                 _accumulate_spread(spread, D, x_sq, e, wc)
+        self._labels_for = C.shape[0]
         stats = IterationStats(
             objective=float(objective),
             inertia=float(inertia),
@@ -141,6 +149,10 @@ class FixedPointIteration:
             spread=spread,
         )
         return num, den, stats
+
+    def forget(self) -> None:
+        """The centres were re-arranged: the stored labels no longer hint the next pass."""
+        self._labels_for = 0
 
     def update(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True
@@ -380,6 +392,7 @@ def anneal(
             sep2 = ((C - twins) ** 2).sum(dim=1)
             splitting = torch.nonzero(sep2 > SPLIT**2 * radius2).squeeze(1)
             if splitting.numel():
+                fp.forget()
                 order = torch.argsort(sep2[splitting], descending=True)
                 chosen = splitting[order[: k - m]]
                 C = torch.cat([C, twins[chosen]])
@@ -399,6 +412,7 @@ def anneal(
             break
     if C.shape[0] < k:
         C = fp.add_farthest(C, k - C.shape[0])
+    fp.forget()
     return C, sigma_reached
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -11,6 +12,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import settings
+
+# Property tests draw the same examples on every run, so CI cannot turn red by chance;
+# HYPOTHESIS_PROFILE=explore searches afresh (and longer) when hunting for bugs.
+settings.register_profile("deterministic", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("explore", max_examples=500, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 
 def _free_port() -> int:
