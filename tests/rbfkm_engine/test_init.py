@@ -123,6 +123,7 @@ def test_kmeans_plusplus_precomputed_norms() -> None:
 # ------------------------------------------------------------------- through the estimator
 
 
+@pytest.mark.filterwarnings("ignore:RBFKMeans did not converge")
 @pytest.mark.parametrize("init", ("k-means++", "random"))
 def test_estimator_init_reproducible(init: str) -> None:
     X, _ = blobs_tensor()

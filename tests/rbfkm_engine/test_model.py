@@ -11,6 +11,7 @@ import scipy.sparse
 import torch
 from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 from rbfkm_engine import FitProgress, RBFKMeans
@@ -424,6 +425,7 @@ def test_reproducible_with_random_state(assignment: str, moons: Dataset) -> None
     assert a.n_iter_ == b.n_iter_
 
 
+@pytest.mark.filterwarnings("ignore:RBFKMeans did not converge")
 def test_random_state_changes_init(moons: Dataset) -> None:
     centers = {
         model(n_clusters=6, assignment="hard", random_state=s, max_iter=1)
@@ -486,6 +488,7 @@ def test_single_cluster_is_the_weighted_mean(assignment: str, moons: Dataset) ->
     np.testing.assert_allclose(m.inertia_, inertia_of(moons.X, m.cluster_centers_, w))
 
 
+@pytest.mark.filterwarnings("ignore:RBFKMeans did not converge")
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 @pytest.mark.parametrize("max_iter", (1, 2, 3))
 def test_tiny_iteration_budget(assignment: str, max_iter: int, blobs: Dataset) -> None:
@@ -531,7 +534,8 @@ def test_duplicate_points(assignment: str) -> None:
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_fewer_distinct_points_than_clusters(assignment: str) -> None:
     X = np.repeat(np.array([[0.0, 0.0], [4.0, 0.0]]), 10, axis=0)
-    m = model(n_clusters=4, assignment=assignment, max_iter=40).fit(X)
+    with pytest.warns(ConvergenceWarning, match="distinct clusters"):
+        m = model(n_clusters=4, assignment=assignment, max_iter=40).fit(X)
     assert np.all(np.isfinite(m.cluster_centers_))
     assert m.inertia_ == pytest.approx(0.0, abs=1e-6)
 
@@ -549,7 +553,8 @@ def test_one_dimensional_data(assignment: str) -> None:
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_constant_data(assignment: str) -> None:
     X = np.full((30, 3), 2.5)
-    m = model(n_clusters=3, assignment=assignment, max_iter=40).fit(X)
+    with pytest.warns(ConvergenceWarning, match="distinct clusters"):
+        m = model(n_clusters=3, assignment=assignment, max_iter=40).fit(X)
     assert np.all(np.isfinite(m.cluster_centers_))
     np.testing.assert_allclose(m.cluster_centers_, 2.5, atol=1e-6)
     assert m.inertia_ == pytest.approx(0.0, abs=1e-8)
@@ -773,6 +778,7 @@ def test_init_array_validation(blobs: Dataset) -> None:
         model(n_clusters=3, init=bad).fit(blobs.X)
 
 
+@pytest.mark.filterwarnings("ignore:RBFKMeans did not converge")
 def test_init_array_is_used(blobs: Dataset) -> None:
     init = blobs.X[[0, 1, 2, 3]]
     m = model(n_clusters=4, assignment="hard", init=init, max_iter=1).fit(blobs.X)
