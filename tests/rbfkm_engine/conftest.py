@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import settings
 from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples for a property test: ``n`` normally (keeps the suite fast), more
+    when the loaded profile asks for more (``HYPOTHESIS_PROFILE=explore``)."""
+    return max(n, settings().max_examples) if settings().max_examples > 100 else n
 
 
 @dataclass(frozen=True)

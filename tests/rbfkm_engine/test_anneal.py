@@ -19,6 +19,8 @@ from rbfkm_engine.anneal import (
 )
 from rbfkm_engine.assign import responsibilities
 
+from .conftest import examples
+
 
 def anisotropic_data(n: int = 400, seed: int = 0) -> torch.Tensor:
     """Gaussian data with a clear top principal axis (variances about 4 and 1), rotated."""
@@ -166,7 +168,7 @@ def test_geometric_schedule_basic() -> None:
     assert geometric_schedule(1.0, 1.0, 0.5) == [1.0]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     sigma0=st.floats(1e-6, 1e6),
     ratio=st.floats(1e-12, 0.999),

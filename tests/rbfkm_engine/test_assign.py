@@ -21,7 +21,9 @@ from rbfkm_engine.assign import (
     to_csr_block,
 )
 
-PROPERTY = settings(max_examples=60, deadline=None)
+from .conftest import examples
+
+PROPERTY = settings(max_examples=examples(60), deadline=None)
 
 
 def dense(step: EStep) -> torch.Tensor:

@@ -17,6 +17,8 @@ from rbfkm_engine.distances import (
     squared_norms,
 )
 
+from .conftest import examples
+
 
 def brute_force(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     return torch.cdist(X.double(), C.double()) ** 2
@@ -54,7 +56,7 @@ def test_precomputed_norms_are_used() -> None:
     torch.testing.assert_close(shifted, brute_force(X, C) + 1.0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     n=st.integers(1, 40),
     k=st.integers(1, 9),
