@@ -260,6 +260,39 @@ def test_soft_assign_sigma_zero_is_hard(blobs: Dataset) -> None:
     np.testing.assert_array_equal(np.asarray(hard.argmax(axis=1)).ravel(), m.labels_)
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_repeated_fixed_point_steps_follow_the_dense_reference(assignment: str) -> None:
+    # Several passes in a row (the solver reuses the previous labels as hints), with the
+    # labels changing between passes: every pass must match the textbook iteration.
+    from entmax import entmax15
+
+    from rbfkm_engine.solver import FixedPointIteration
+
+    rng = np.random.default_rng(22)
+    X = torch.from_numpy(rng.normal(size=(400, 2)) * np.array([3.0, 1.0]))
+    C = torch.from_numpy(rng.normal(size=(6, 2)) * 0.3)
+    w = torch.from_numpy(rng.uniform(0.5, 2.0, 400))
+    fp = FixedPointIteration(X, w, 6, chunk_size=64)
+    ref = C.clone()
+    for sigma in (2.0, 2.0, 1.0, 0.5, 0.5, 0.1, 0.1, 0.1):
+        num, den, _ = fp.step(C, sigma, assignment)
+        C, _ = fp.update(C, num, den)
+        D = torch.cdist(X, ref) ** 2
+        if assignment == "softmax":
+            R = torch.softmax(-D / sigma, dim=1)
+        elif assignment == "entmax15":
+            R = entmax15(-D / sigma, dim=1)
+        else:
+            R = torch.nn.functional.one_hot(D.argmin(dim=1), 6).double()
+        Rw = R * w[:, None]
+        ref = torch.where(
+            (Rw.sum(dim=0) > 0)[:, None], (Rw.T @ X) / Rw.sum(dim=0).clamp_min(1e-300)[:, None], ref
+        )
+        torch.testing.assert_close(C, ref, atol=1e-8, rtol=1e-8)
+        torch.testing.assert_close(fp.labels, D.argmin(dim=1))
+        torch.testing.assert_close(fp.min_dist, D.min(dim=1).values, atol=1e-8, rtol=1e-8)
+
+
 # ---------------------------------------------------------------- fixed points on shape data
 
 
