@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 import torch
+from entmax import entmax15
 from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
@@ -36,6 +37,15 @@ def lloyd_step(
         if w[members].sum() > 0:
             new[j] = np.average(X[members], axis=0, weights=w[members])
     return labels, new
+
+
+def reference_map(D: torch.Tensor, sigma: float, assignment: str) -> torch.Tensor:
+    """Dense textbook responsibilities: softmax, entmax15 (the entmax package) or one-hot."""
+    if assignment == "softmax":
+        return torch.softmax(-D / sigma, dim=1)
+    if assignment == "entmax15":
+        return entmax15(-D / sigma, dim=1)
+    return torch.nn.functional.one_hot(D.argmin(dim=1), D.shape[1]).to(D.dtype)
 
 
 def inertia_of(
@@ -110,15 +120,14 @@ def test_predict_transform_soft_assign_score(assignment: str, blobs: Dataset) ->
 @pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
 @pytest.mark.parametrize("sigma", (None, 0.3, 3.0))
 def test_soft_assign_equals_the_reference_map(assignment: str, sigma: float | None) -> None:
-    from entmax import entmax15
-
     data = well_separated_blobs(n=200, k=3, d=2, seed=12)
     X = data.X + 50.0  # away from the origin: the centring must not change the answer
     m = model(n_clusters=3, assignment=assignment, dtype="float64").fit(X)
     s = m.sigma_ if sigma is None else sigma
     assert s > 0
-    z = -torch.from_numpy(cdist(X, m.cluster_centers_, "sqeuclidean")) / s
-    ref = torch.softmax(z, dim=1) if assignment == "softmax" else entmax15(z, dim=1)
+    ref = reference_map(
+        torch.from_numpy(cdist(X, m.cluster_centers_, "sqeuclidean")), s, assignment
+    )
     got = m.soft_assign(X, sigma=sigma)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got.toarray(), ref.numpy(), atol=1e-8)
@@ -189,8 +198,6 @@ def test_one_fixed_point_step_equals_dense_reference(
 ) -> None:
     # The solver's fused E/M pass (sparse index_add for entmax/hard, GEMM for dense)
     # against the textbook update c_j = sum_i w_i R_ij x_i / sum_i w_i R_ij.
-    from entmax import entmax15
-
     from rbfkm_engine.solver import FixedPointIteration
 
     rng = np.random.default_rng(21)
@@ -202,12 +209,7 @@ def test_one_fixed_point_step_equals_dense_reference(
     C_new, _ = fp.update(C, num, den)
 
     D = torch.cdist(X, C) ** 2
-    if assignment == "softmax":
-        R = torch.softmax(-D / sigma, dim=1)
-    elif assignment == "entmax15":
-        R = entmax15(-D / sigma, dim=1)
-    else:
-        R = torch.nn.functional.one_hot(D.argmin(dim=1), 12).double()
+    R = reference_map(D, sigma, assignment)
     Rw = R if w is None else R * w[:, None]
     expected = (Rw.T @ X) / Rw.sum(dim=0)[:, None]
     alive = Rw.sum(dim=0) > 0
@@ -264,8 +266,6 @@ def test_soft_assign_sigma_zero_is_hard(blobs: Dataset) -> None:
 def test_repeated_fixed_point_steps_follow_the_dense_reference(assignment: str) -> None:
     # Several passes in a row (the solver reuses the previous labels as hints), with the
     # labels changing between passes: every pass must match the textbook iteration.
-    from entmax import entmax15
-
     from rbfkm_engine.solver import FixedPointIteration
 
     rng = np.random.default_rng(22)
@@ -278,13 +278,7 @@ def test_repeated_fixed_point_steps_follow_the_dense_reference(assignment: str) 
         num, den, _ = fp.step(C, sigma, assignment)
         C, _ = fp.update(C, num, den)
         D = torch.cdist(X, ref) ** 2
-        if assignment == "softmax":
-            R = torch.softmax(-D / sigma, dim=1)
-        elif assignment == "entmax15":
-            R = entmax15(-D / sigma, dim=1)
-        else:
-            R = torch.nn.functional.one_hot(D.argmin(dim=1), 6).double()
-        Rw = R * w[:, None]
+        Rw = reference_map(D, sigma, assignment) * w[:, None]
         ref = torch.where(
             (Rw.sum(dim=0) > 0)[:, None], (Rw.T @ X) / Rw.sum(dim=0).clamp_min(1e-300)[:, None], ref
         )
