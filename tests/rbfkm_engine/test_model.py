@@ -386,6 +386,19 @@ def test_entmax_history_support_shrinks(blobs: Dataset) -> None:
     assert nnz[-1] == pytest.approx(1.0)
 
 
+def test_entmax_stops_annealing_once_exactly_hard(shape_dataset: Dataset) -> None:
+    # Below half the gap of every point entmax15 is exactly one-hot, so its fixed point is
+    # the K-Means one: annealing stops there (well before sigma_min) and the Lloyd phase
+    # only confirms it.
+    X = shape_dataset.X
+    m = model(n_clusters=4, assignment="entmax15").fit(X)
+    lam = np.linalg.eigvalsh(np.cov(X.T, bias=True)).max()
+    annealed = [r for r in m.history_ if r["sigma"] > 0]
+    assert annealed[-1]["mean_nnz"] == 1.0
+    assert m.sigma_ > 10 * 1e-4 * 2 * lam  # the "auto" sigma_min
+    assert m.history_[-1]["sigma"] == 0.0 and m.history_[-1]["iterations"] <= 2
+
+
 def test_auto_sigma0_starts_above_critical_temperature(blobs: Dataset) -> None:
     m = model(n_clusters=blobs.k, assignment="softmax").fit(blobs.X)
     lam = np.linalg.eigvalsh(np.cov(blobs.X.T, bias=True)).max()
