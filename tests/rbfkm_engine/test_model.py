@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 from rbfkm_engine import FitProgress, RBFKMeans
+from rbfkm_engine.anneal import SIGMA_MIN_RATIO
 
 from .conftest import Dataset, well_separated_blobs
 
@@ -395,7 +396,7 @@ def test_entmax_stops_annealing_once_exactly_hard(shape_dataset: Dataset) -> Non
     lam = np.linalg.eigvalsh(np.cov(X.T, bias=True)).max()
     annealed = [r for r in m.history_ if r["sigma"] > 0]
     assert annealed[-1]["mean_nnz"] == 1.0
-    assert m.sigma_ > 10 * 1e-4 * 2 * lam  # the "auto" sigma_min
+    assert m.sigma_ > 10 * SIGMA_MIN_RATIO * 2 * lam  # well above the "auto" sigma_min
     assert m.history_[-1]["sigma"] == 0.0 and m.history_[-1]["iterations"] <= 2
 
 
