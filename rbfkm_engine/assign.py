@@ -43,30 +43,28 @@ _ENTMAX_FLOOR = -4.0
 class SparseResponsibilities:
     """Responsibilities that are one-hot on most rows, stored as such.
 
-    Every row ``i`` has ``R[i, labels[i]] = first[i]`` (its nearest centre; 1 on hard
-    rows). The ``soft_rows`` carry more nonzeros: ``R[soft_rows[r], soft_indices[r, s]] =
-    soft_values[r, s]`` (zeros pad). At low temperature few rows are soft, so the M-step
-    costs one ``index_add_`` over the points plus a little for the soft ones.
+    A hard row ``i`` has the single nonzero ``R[i, labels[i]] = first[i] = 1``. The
+    ``soft_rows`` have ``first = 0`` and their whole row in ``soft_block``
+    (``R[soft_rows[r]] = soft_block[r]``, mostly zeros for entmax15). At low temperature few
+    rows are soft, so the M-step costs one ``index_add_`` over the points plus one small
+    GEMM for the soft ones.
     """
 
-    labels: torch.Tensor  # (m,) int64
-    first: torch.Tensor  # (m,)
+    labels: torch.Tensor  # (m,) int64, the nearest centre
+    first: torch.Tensor  # (m,) 1 on hard rows, 0 on soft rows
     soft_rows: torch.Tensor  # (r,) int64
-    soft_indices: torch.Tensor  # (r, s) int64
-    soft_values: torch.Tensor  # (r, s)
+    soft_block: torch.Tensor  # (r, k)
     n_clusters: int
 
     @classmethod
     def one_hot(
         cls, labels: torch.Tensor, n_clusters: int, dtype: torch.dtype
     ) -> SparseResponsibilities:
-        empty = labels.new_empty((0,))
         return cls(
             labels,
             torch.ones(labels.shape[0], dtype=dtype, device=labels.device),
-            empty,
-            labels.new_empty((0, 0)),
-            torch.empty((0, 0), dtype=dtype, device=labels.device),
+            labels.new_empty((0,)),
+            torch.empty((0, n_clusters), dtype=dtype, device=labels.device),
             n_clusters,
         )
 
@@ -75,12 +73,13 @@ class SparseResponsibilities:
         return int(self.labels.shape[0])
 
     def nnz(self) -> int:
-        return self.n_rows + int((self.soft_values > 0).sum())
+        n_soft = int(self.soft_rows.shape[0])
+        return self.n_rows - n_soft + int(torch.count_nonzero(self.soft_block))
 
     def nnz_per_row(self) -> torch.Tensor:
         counts = torch.ones(self.n_rows, dtype=torch.long, device=self.labels.device)
         if self.soft_rows.numel():
-            counts[self.soft_rows] += (self.soft_values > 0).sum(dim=1)
+            counts[self.soft_rows] = torch.count_nonzero(self.soft_block, dim=1)
         return counts
 
     def to_dense(self) -> torch.Tensor:
@@ -89,27 +88,25 @@ class SparseResponsibilities:
         )
         out.scatter_(1, self.labels.unsqueeze(1), self.first.unsqueeze(1))
         if self.soft_rows.numel():
-            block = out[self.soft_rows]
-            block.scatter_add_(1, self.soft_indices, self.soft_values)
-            out[self.soft_rows] = block
+            out[self.soft_rows] = self.soft_block.to(out.dtype)
         return out
 
     def to_csr(self) -> sp.csr_matrix:
         """A scipy CSR matrix holding only the nonzeros."""
-        labels = self.labels.cpu().numpy()
-        rows = [np.arange(labels.shape[0])]
-        cols = [labels]
-        vals = [self.first.detach().cpu().numpy()]
+        first = self.first.detach().cpu().numpy()
+        hard = np.flatnonzero(first > 0)
+        rows = [hard]
+        cols = [self.labels.cpu().numpy()[hard]]
+        vals = [first[hard]]
         if self.soft_rows.numel():
-            values = self.soft_values.detach().cpu().numpy()
-            mask = values > 0
-            soft_rows = self.soft_rows.cpu().numpy()
-            rows.append(np.broadcast_to(soft_rows[:, None], values.shape)[mask])
-            cols.append(self.soft_indices.cpu().numpy()[mask])
-            vals.append(values[mask])
+            block = self.soft_block.detach().cpu().numpy()
+            r, c = np.nonzero(block)
+            rows.append(self.soft_rows.cpu().numpy()[r])
+            cols.append(c)
+            vals.append(block[r, c].astype(first.dtype, copy=False))
         return sp.csr_matrix(
             (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(labels.shape[0], self.n_clusters),
+            shape=(first.shape[0], self.n_clusters),
         )
 
 
@@ -199,10 +196,12 @@ def entmax15_map(
 ) -> EStep:
     """Sparse ``entmax15(-D / sigma)``, exact, evaluated only where it is not one-hot.
 
-    A row is soft iff some other centre is within ``2 sigma`` of its nearest one. On the
-    soft rows the map is computed with the ``entmax`` package on the ``s`` nearest centres,
-    ``s`` being the largest candidate count among them; the result equals the full-row
-    entmax15, and hard rows cost nothing beyond the row minimum.
+    A row is soft iff some other centre is within ``2 sigma`` of its nearest one; every
+    other row is exactly one-hot and costs nothing beyond the row minimum. The soft rows go
+    through the ``entmax`` package (its exact sort-based threshold), on their ``m`` nearest
+    centres when ``m``, the largest candidate count, is small (an exact top-m, nothing to
+    check), on whole rows otherwise; scores below the support bound are clamped so that
+    they stay finite at any ``sigma``.
     """
     D = _working_dtype(D)
     k = D.shape[1]
@@ -211,26 +210,30 @@ def entmax15_map(
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
     threshold = (d_min + 2.0 * sigma).unsqueeze(1)
-    counts = torch.count_nonzero(threshold > D, dim=1)
+    counts = torch.count_nonzero(D < threshold, dim=1)
     soft_rows = torch.nonzero(counts > 1).squeeze(1)
     if soft_rows.numel() == 0:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
-    width = int(counts[soft_rows].max())
     gap = D[soft_rows] - d_min[soft_rows].unsqueeze(1)
-    near_gap, indices = torch.topk(gap, width, dim=1, largest=False, sorted=True)
-    scores = (near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR)
-    p = entmax15(scores, dim=-1)
-    tsallis = (4.0 / 3.0) * (1.0 - p.pow(1.5).sum(dim=1))
+    width = int(counts[soft_rows].max())
+    if width <= k // 4:
+        # Narrow supports: the map on the ``width`` nearest centres is the full-row map.
+        near_gap, near = torch.topk(gap, width, dim=1, largest=False, sorted=False)
+        p_near = entmax15((near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
+        spent = (p_near * near_gap).sum(dim=1)
+        p = torch.zeros_like(gap).scatter_(1, near, p_near)
+    else:
+        p = entmax15((gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
+        p_near = p
+        spent = (p * gap).sum(dim=1)
+    tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))
     energy = min_dist.clone()
-    energy[soft_rows] += (p * near_gap).sum(dim=1) - sigma * tsallis
+    energy[soft_rows] += spent - sigma * tsallis
     first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
-    first[soft_rows] = p[:, 0]
-    # Ties can put a centre other than the argmin first: keep labels and slot 0 in step.
-    labels = labels.clone()
-    labels[soft_rows] = indices[:, 0]
-    R = SparseResponsibilities(labels, first, soft_rows, indices[:, 1:], p[:, 1:], k)
-    n_soft = int((p[:, 1] > 0).sum())
+    first[soft_rows] = 0.0
+    R = SparseResponsibilities(labels, first, soft_rows, p, k)
+    n_soft = int((torch.count_nonzero(p, dim=1) > 1).sum())
     return EStep(R, energy, min_dist, labels, n_soft)
 
 

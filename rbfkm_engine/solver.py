@@ -22,8 +22,6 @@ import torch
 from .assign import EStep, SparseResponsibilities, responsibilities
 from .distances import iter_chunks, squared_distances, squared_norms
 
-#: Sparse responsibilities wider than this are scattered to a dense block for one GEMM.
-_SPARSE_SLOTS_MAX = 8
 #: Annealing hands over to Lloyd once at most this fraction of the points is still soft.
 SOFT_FRACTION_STOP = 1e-3
 #: Share of ``max_iter`` kept for the final Lloyd phase.
@@ -32,6 +30,8 @@ LLOYD_SHARE = 0.2
 PERTURB = 1e-2
 #: ... and becomes a centre once the pair is this fraction of the radius apart.
 SPLIT = 1e-1
+#: Fixed-point iterations at one temperature at most (warm starts make few enough).
+MAX_ITER_PER_SIGMA = 3
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,19 @@ class FixedPointIteration:
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
 
     def step(
-        self, C: torch.Tensor, sigma: float, assignment: str, *, need_spread: bool = False
+        self,
+        C: torch.Tensor,
+        sigma: float,
+        assignment: str,
+        *,
+        need_spread: bool = False,
+        twins_from: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, IterationStats]:
         """One pass: returns the M-step sums ``(R^T W X, R^T w)`` and the statistics.
 
-        ``C`` may hold more rows than ``n_clusters`` (the annealing twins). The distance
+        ``C`` may hold more rows than ``n_clusters``: rows from ``twins_from`` on are the
+        annealing twins of the rows before them, folded into them when counting nonzeros.
+        The distance
         blocks leave out ``||x||^2``: no map depends on a per-row constant, so it is only
         added back where a true distance is reported.
         """
@@ -135,7 +143,7 @@ class FixedPointIteration:
                 objective += (wc * e.energy).sum(dtype=torch.float64)
                 inertia += (wc * e.min_dist).sum(dtype=torch.float64)
             R = e.responsibilities
-            nnz += R.nnz() if isinstance(R, SparseResponsibilities) else int((R > 0).sum())
+            nnz += _count_nonzeros(R, twins_from)
             n_soft += e.n_soft
             _accumulate(num, den, Xc, wc, R)
             if need_spread:
@@ -209,6 +217,20 @@ class FixedPointIteration:
         return float(inertia)
 
 
+def _count_nonzeros(R: torch.Tensor | SparseResponsibilities, twins_from: int | None) -> int:
+    """Nonzeros of one block, a centre's twin counted with the centre."""
+    if isinstance(R, SparseResponsibilities):
+        if twins_from is None or R.soft_rows.numel() == 0:
+            return R.nnz()
+        block = R.soft_block
+        folded = block[:, :twins_from] + block[:, twins_from:]
+        n_hard = R.n_rows - R.soft_rows.shape[0]
+        return n_hard + int(torch.count_nonzero(folded))
+    if twins_from is not None:
+        R = R[:, :twins_from] + R[:, twins_from:]
+    return int(torch.count_nonzero(R))
+
+
 def _accumulate(
     num: torch.Tensor,
     den: torch.Tensor,
@@ -217,8 +239,6 @@ def _accumulate(
     R: torch.Tensor | SparseResponsibilities,
 ) -> None:
     """Add one block's ``R^T W X`` to ``num`` and ``R^T w`` to ``den`` (in place)."""
-    if isinstance(R, SparseResponsibilities) and R.soft_values.shape[1] > _SPARSE_SLOTS_MAX:
-        R = R.to_dense()
     if not isinstance(R, SparseResponsibilities):
         R = R.to(X.dtype)
         if w is not None:
@@ -226,23 +246,21 @@ def _accumulate(
         num.addmm_(R.T, X)
         den.add_(R.sum(dim=0))
         return
+    soft = R.soft_rows.numel() > 0
     first = R.first.to(X.dtype)
     if w is not None:
         first = first * w
-    if w is None and R.soft_rows.numel() == 0:
+    if w is None and not soft:
         num.index_add_(0, R.labels, X)
     else:
         num.index_add_(0, R.labels, X * first.unsqueeze(1))
     den.index_add_(0, R.labels, first)
-    if R.soft_rows.numel():
-        Xs = X[R.soft_rows]
-        values = R.soft_values.to(X.dtype)
+    if soft:
+        block = R.soft_block.to(X.dtype)
         if w is not None:
-            values = values * w[R.soft_rows].unsqueeze(1)
-        for slot in range(values.shape[1]):
-            idx, v = R.soft_indices[:, slot], values[:, slot]
-            num.index_add_(0, idx, Xs * v.unsqueeze(1))
-            den.index_add_(0, idx, v)
+            block = block * w[R.soft_rows].unsqueeze(1)
+        num.addmm_(block.T, X[R.soft_rows])
+        den.add_(block.sum(dim=0))
 
 
 def _accumulate_spread(
@@ -262,9 +280,9 @@ def _accumulate_spread(
         spread.index_add_(0, R.labels, (first * e.min_dist).to(spread.dtype))
         if R.soft_rows.numel():
             rows = R.soft_rows
-            dist = (D[rows].gather(1, R.soft_indices) + x_sq[rows].unsqueeze(1)).clamp_min_(0)
-            values = R.soft_values if w is None else R.soft_values * w[rows].unsqueeze(1)
-            spread.index_add_(0, R.soft_indices.flatten(), (values * dist).flatten())
+            dist = (D[rows] + x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
+            block = R.soft_block if w is None else R.soft_block * w[rows].unsqueeze(1)
+            spread.add_((block * dist).sum(dim=0))
         return
     Rw = R if w is None else R * w.unsqueeze(1)
     spread.add_((Rw * D).sum(dim=0) + Rw.T @ x_sq)
@@ -366,12 +384,20 @@ def anneal(
         if budget.n_iter >= budget_iter or budget.stopped:
             break
         remaining = len(schedule) - t
-        cap = max(2, math.ceil(2 * (budget_iter - budget.n_iter) / remaining))
+        cap = min(
+            MAX_ITER_PER_SIGMA, max(2, math.ceil(2 * (budget_iter - budget.n_iter) / remaining))
+        )
         iters = 0
         stats = None
         while iters < cap and budget.n_iter < budget_iter:
             full = C if twins is None else torch.cat([C, twins])
-            num, den, stats = fp.step(full, sigma, assignment, need_spread=twins is not None)
+            num, den, stats = fp.step(
+                full,
+                sigma,
+                assignment,
+                need_spread=twins is not None,
+                twins_from=None if twins is None else C.shape[0],
+            )
             full_new, _ = fp.update(full, num, den, reseed=False)
             shift = float(((full_new - full) ** 2).sum())
             m = C.shape[0]
