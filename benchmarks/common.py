@@ -314,13 +314,16 @@ def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict
     return out
 
 
-def in_fit_gemm(X: Any, C0: Any, n_iter: int, device: str = "cpu") -> dict[str, Any] | None:
+def in_fit_gemm(
+    X: Any, C0: Any, n_iter: int, device: str = "cpu", repeats: int = 3
+) -> dict[str, Any] | None:
     """GFLOP/s of the distance GEMMs inside a real ``RBFKMeans(assignment="hard").fit``.
 
-    Profiles one fit from ``C0`` (``n_iter`` iterations, tol 0) with ``torch.profiler`` and
+    Profiles a fit from ``C0`` (``n_iter`` iterations, tol 0) with ``torch.profiler`` and
     sums the time of every top-level ``aten::addmm`` / ``aten::mm`` whose operands are a
     ``(rows, d)`` block of X and the ``(d, k)`` centroids, whatever function of the engine
-    issues them: this is the distance step as the solver runs it. None without the engine.
+    issues them: this is the distance step as the solver runs it. The least total over
+    ``repeats`` profiled fits is kept. None without the engine.
     """
     try:
         import torch
@@ -336,15 +339,33 @@ def in_fit_gemm(X: Any, C0: Any, n_iter: int, device: str = "cpu") -> dict[str, 
     cuda = device.startswith("cuda")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     model = RBFKMeans(k, assignment="hard", init=C0n, max_iter=n_iter, tol=0.0, device=device)
+    best: tuple[float, int] | None = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(X[: max(4 * k, 2000)])  # warm-up
-        with profile(activities=acts, record_shapes=True) as prof:
-            model.fit(X)
-            synchronize(device)
+        for _ in range(max(1, repeats)):
+            with profile(activities=acts, record_shapes=True) as prof:
+                model.fit(X)
+                synchronize(device)
+            total_us, rows = _gemm_time(prof.events(), d, k, cuda)
+            if best is None or (rows and total_us < best[0]):
+                best = (total_us, rows)
+    total_us, rows = best
+    if total_us <= 0 or not rows:
+        return {"gemm_s": None, "rows": 0, "gflops": None, "iterations": int(model.n_iter_)}
+    return {
+        "gemm_s": total_us / 1e6,
+        "rows": rows,
+        "gflops": 2.0 * rows * d * k / (total_us * 1e3),
+        "iterations": int(model.n_iter_),
+    }
+
+
+def _gemm_time(events: Any, d: int, k: int, cuda: bool) -> tuple[float, int]:
+    """Microseconds and rows of the top-level (rows, d) x (d, k) addmm / mm events."""
     names = ("aten::addmm", "aten::mm")
     total_us, rows = 0.0, 0
-    for evt in prof.events():
+    for evt in events:
         if evt.name not in names or not evt.input_shapes:
             continue
         parent = getattr(evt, "cpu_parent", None)
@@ -361,14 +382,7 @@ def in_fit_gemm(X: Any, C0: Any, n_iter: int, device: str = "cpu") -> dict[str, 
         else:
             total_us += evt.cpu_time_total
         rows += block[0]
-    if total_us <= 0:
-        return {"gemm_s": None, "rows": 0, "gflops": None, "iterations": int(model.n_iter_)}
-    return {
-        "gemm_s": total_us / 1e6,
-        "rows": rows,
-        "gflops": 2.0 * rows * d * k / (total_us * 1e3),
-        "iterations": int(model.n_iter_),
-    }
+    return total_us, rows
 
 
 # --------------------------------------------------------------------------- memory
