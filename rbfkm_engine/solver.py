@@ -395,7 +395,7 @@ def anneal(
                 full,
                 sigma,
                 assignment,
-                need_spread=twins is not None,
+                need_spread=split,
                 twins_from=None if twins is None else C.shape[0],
             )
             full_new, _ = fp.update(full, num, den, reseed=False)
@@ -412,9 +412,19 @@ def anneal(
         assert stats is not None
         sigma_reached = sigma
         _record(history, sigma, stats, iters)
+        m = C.shape[0]
         if twins is not None:
-            m = C.shape[0]
-            radius2 = (stats.spread[:m] + stats.spread[m:]) / (den[:m] + den[m:]).clamp_min(1e-300)
+            mass = den[:m] + den[m:]
+            radius2 = (stats.spread[:m] + stats.spread[m:]) / mass.clamp_min(1e-300)
+        elif split:
+            radius2 = stats.spread[:m] / den[:m].clamp_min(1e-300)
+        if split and (keep := _coincident_survivors(C, radius2)) is not None:
+            # Centres that fell back together (above their local critical temperature)
+            # are one cluster: free the slot, so that a region that splits later gets it.
+            fp.forget()
+            C, radius2 = C[keep], radius2[keep]
+            twins = new_twins(C, radius2)
+        elif twins is not None:
             sep2 = ((C - twins) ** 2).sum(dim=1)
             splitting = torch.nonzero(sep2 > SPLIT**2 * radius2).squeeze(1)
             if splitting.numel():
@@ -440,6 +450,31 @@ def anneal(
         C = fp.add_farthest(C, k - C.shape[0])
     fp.forget()
     return C, sigma_reached
+
+
+def _coincident_survivors(C: torch.Tensor, radius2: torch.Tensor) -> torch.Tensor | None:
+    """Mask of the centres to keep when some have merged, else ``None``.
+
+    Two centres closer than ``SPLIT`` times the smaller of their rms radii are one
+    cluster; the later one goes (by index, so that the outcome does not hinge on rounding).
+    Radii have a floor relative to the typical one: a cluster of coincident points has
+    radius 0, and two centres on it are duplicates up to rounding.
+    """
+    m = C.shape[0]
+    if m < 2:
+        return None
+    C64 = C.double()
+    d2 = torch.cdist(C64, C64).pow_(2)
+    radius2 = radius2.double().clamp_min(1e-8 * float(radius2.double().mean()))
+    limit = SPLIT**2 * torch.minimum(radius2.unsqueeze(0), radius2.unsqueeze(1))
+    close = torch.triu(d2 < limit, diagonal=1)
+    if not bool(close.any()):
+        return None
+    keep = torch.ones(m, dtype=torch.bool, device=C.device)
+    for i, j in close.nonzero().tolist():
+        if keep[i]:
+            keep[j] = False
+    return keep
 
 
 def lloyd(
