@@ -5,7 +5,7 @@ fast-pytorch-kmeans ``KMeans``. Every library is pinned to the same number of th
 
 Three parts per data set:
 
-- speed: every method starts from the same k-means++ centroids C0 and runs the same
+- speed: every method starts from the same centroids C0 (random rows) and runs the same
   number of iterations (tol 0); the least wall time over ``--repeats`` interleaved runs
   gives the time per iteration and the achieved GFLOP/s of the distance GEMM (2 n k d
   flops per iteration). The distance step of the engine is also timed against a plain
@@ -415,8 +415,8 @@ def print_dataset(common: Any, ds: Any, res: dict[str, Any], args: argparse.Name
             ]
         )
     print(
-        f"-- speed: same k-means++ C0, {args.iters} iterations (tol 0), best of {args.repeats}; "
-        f"peak MiB = X + fit's RSS high-water delta (fresh subprocess)"
+        f"-- speed: same C0 (random rows), {args.iters} iterations (tol 0), "
+        f"best of {args.repeats}; peak MiB = X + fit's RSS high-water delta (fresh subprocess)"
     )
     print(
         common.format_table(
