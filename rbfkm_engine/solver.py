@@ -178,12 +178,24 @@ class FixedPointIteration:
             C_new[empty] = C[empty]
             return C_new, 0
         if n_empty:
-            score = (
-                self.min_dist if self.w is None else torch.where(self.w > 0, self.min_dist, -1.0)
-            )
-            far = torch.topk(score, n_empty).indices
-            C_new[empty] = self.X[far].to(C_new.dtype)
+            closest = self.min_dist.clone()
+            for j in torch.nonzero(empty).squeeze(1).tolist():
+                C_new[j] = self._take_farthest(closest).to(C_new.dtype)
         return C_new, n_empty
+
+    def _take_farthest(self, closest: torch.Tensor) -> torch.Tensor:
+        """The point farthest from the centres (``closest``: each point's squared distance
+        to them, updated in place to count the returned point as a centre).
+
+        Farthest-first, one point at a time: copies of a point are never taken twice, so
+        repeating a point and weighting it give the same centres.
+        """
+        score = closest if self.w is None else torch.where(self.w > 0, closest, -1.0)
+        far = int(torch.argmax(score))
+        point = self.X[far : far + 1]
+        d_new = squared_distances(self.X, point, self.x_sq).squeeze(1)
+        torch.minimum(closest, d_new.to(closest.dtype), out=closest)
+        return point[0]
 
     def add_farthest(self, C: torch.Tensor, n_new: int) -> torch.Tensor:
         """Append ``n_new`` centres, each the point farthest from all centres so far."""
@@ -192,15 +204,7 @@ class FixedPointIteration:
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
             D = squared_distances(self.X[rows], C, self.x_sq[rows], c_sq)
             closest[rows] = D.min(dim=1).values
-        if self.w is not None:
-            closest = torch.where(self.w > 0, closest, -1.0)
-        added = []
-        for _ in range(n_new):
-            far = int(torch.argmax(closest))
-            point = self.X[far : far + 1].to(C.dtype)
-            added.append(point)
-            d_new = squared_distances(self.X, point, self.x_sq).squeeze(1)
-            torch.minimum(closest, d_new.to(closest.dtype), out=closest)
+        added = [self._take_farthest(closest).to(C.dtype).unsqueeze(0) for _ in range(n_new)]
         return torch.cat([C, *added]) if added else C
 
     def final_labels(self, C: torch.Tensor) -> float:
@@ -285,7 +289,7 @@ def _accumulate_spread(
             spread.add_((block * dist).sum(dim=0))
         return
     Rw = R if w is None else R * w.unsqueeze(1)
-    spread.add_((Rw * D).sum(dim=0) + Rw.T @ x_sq)
+    spread.add_((Rw * (D + x_sq.unsqueeze(1)).clamp_min_(0.0)).sum(dim=0))
 
 
 class _Budget:
@@ -374,7 +378,7 @@ def anneal(
         u = (u / u.norm(dim=1, keepdim=True).clamp_min(1e-300)).to(
             device=centres.device, dtype=centres.dtype
         )
-        return centres + PERTURB * radius2.sqrt().unsqueeze(1) * u
+        return centres + PERTURB * radius2.clamp_min(0.0).sqrt().unsqueeze(1) * u
 
     if split and k > 1:
         _, den, stats = fp.step(C, schedule[0], assignment, need_spread=True)
