@@ -16,6 +16,7 @@ from rbfkm_engine import RBFKMeans
 
 ESTIMATORS = [
     RBFKMeans(),  # the defaults, as check_estimator(RBFKMeans()) sees them
+    RBFKMeans(assignment="softmax"),  # default k = 8 on 15 points: single-point clusters
     RBFKMeans(n_clusters=3, assignment="softmax", max_iter=60, device="cpu", random_state=0),
     RBFKMeans(n_clusters=3, assignment="hard", max_iter=60, device="cpu", random_state=0),
 ]
