@@ -69,7 +69,6 @@ class SolverResult:
     history: list[dict[str, float]] = field(default_factory=list)
     converged: bool = True
     stopped_early: bool = False
-    n_empty_reseeded: int = 0
 
 
 class FixedPointIteration:
@@ -489,17 +488,15 @@ def lloyd(
     budget: _Budget,
     history: list[dict[str, float]],
     verbose: bool,
-) -> tuple[torch.Tensor, bool, int]:
+) -> tuple[torch.Tensor, bool]:
     """Hard iterations until the centres move less than ``tol`` (a K-Means fixed point)."""
     converged = False
     iters = 0
-    n_empty_total = 0
     room = max(1, budget.max_iter - budget.n_iter)
     last = None
     while not budget.stopped and budget.n_iter < budget.max_iter:
         num, den, last = fp.step(C, 0.0, "hard")
-        C_new, n_empty = fp.update(C, num, den)
-        n_empty_total += n_empty
+        C_new, _ = fp.update(C, num, den)
         shift = float(((C_new - C) ** 2).sum())
         C = C_new
         iters += 1
@@ -513,7 +510,7 @@ def lloyd(
         _record(history, 0.0, last, iters)
         if verbose:
             print(f"lloyd iters={iters} inertia={last.inertia:.6g} converged={converged}")
-    return C, converged, n_empty_total
+    return C, converged
 
 
 def solve(
@@ -570,7 +567,7 @@ def solve(
         )
     if C.shape[0] < n_clusters:  # no schedule (constant data): seed the rest, then Lloyd
         C = fp.add_farthest(C, n_clusters - C.shape[0])
-    C, converged, n_empty = lloyd(fp, C, tol=tol, budget=budget, history=history, verbose=verbose)
+    C, converged = lloyd(fp, C, tol=tol, budget=budget, history=history, verbose=verbose)
     inertia = fp.final_labels(C)
     return SolverResult(
         centres=C,
@@ -581,5 +578,4 @@ def solve(
         history=history,
         converged=converged,
         stopped_early=budget.stopped,
-        n_empty_reseeded=n_empty,
     )
