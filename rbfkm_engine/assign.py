@@ -128,7 +128,7 @@ def _working_dtype(D: torch.Tensor) -> torch.Tensor:
     return D
 
 
-def _nearest(
+def nearest(
     D: torch.Tensor, row_offset: torch.Tensor | None, hint: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row minimum of ``D``, the true nearest squared distance and the argmin.
@@ -158,10 +158,10 @@ def hard_map(
 
     ``row_offset``: the true distances are ``D + row_offset[:, None]`` (the solver drops
     ``||x||^2`` from its distance blocks, as no map depends on it). ``hint``: see
-    :func:`_nearest`.
+    :func:`nearest`.
     """
     D = _working_dtype(D)
-    _, min_dist, labels = _nearest(D, row_offset, hint)
+    _, min_dist, labels = nearest(D, row_offset, hint)
     R = SparseResponsibilities.one_hot(labels, D.shape[1], D.dtype)
     return EStep(R, min_dist, min_dist, labels, 0)
 
@@ -179,7 +179,7 @@ def softmax_map(
     ``exp(-logsumexp)``, which counts the soft rows for free.
     """
     D = _working_dtype(D)
-    d_min, min_dist, labels = _nearest(D, row_offset, hint)
+    d_min, min_dist, labels = nearest(D, row_offset, hint)
     logits = (D - d_min.unsqueeze(1)).div_(-sigma)
     lse = torch.logsumexp(logits, dim=1)
     R = logits.sub_(lse.unsqueeze(1)).exp_()
@@ -205,7 +205,7 @@ def entmax15_map(
     """
     D = _working_dtype(D)
     k = D.shape[1]
-    d_min, min_dist, labels = _nearest(D, row_offset, hint)
+    d_min, min_dist, labels = nearest(D, row_offset, hint)
     if k == 1:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)

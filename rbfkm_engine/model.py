@@ -309,12 +309,16 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError("init array contains NaN or infinity")
         return (C - mean).to(X.dtype)
 
-    def _schedule(self, cov: torch.Tensor) -> list[float]:
-        """Temperatures for this fit; empty for hard assignment or degenerate data."""
+    def _schedule(self, X: torch.Tensor, w: torch.Tensor | None) -> list[float]:
+        """Temperatures for this fit (``X`` centred); empty for hard or degenerate data."""
         if self.assignment == "hard":
             return []
         needs_lambda = self.sigma0 == "auto" or self.sigma_min == "auto"
-        lambda_max = largest_eigenvalue(cov) if needs_lambda else 1.0
+        if needs_lambda:
+            zero = torch.zeros(X.shape[1], dtype=torch.float64, device=X.device)
+            lambda_max = largest_eigenvalue(weighted_covariance(X, w, mean=zero))
+        else:
+            lambda_max = 1.0
         if needs_lambda and lambda_max <= 0.0:
             return []  # constant data: nothing to anneal
         sigma0 = (
@@ -363,10 +367,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # distances loses every digit to ||x||^2 in float32.
         mean = weighted_mean(Xt, w)
         Xt = Xt - mean.to(Xt.dtype)
-        cov = weighted_covariance(Xt, w, mean=torch.zeros_like(mean))
         x_sq = squared_norms(Xt)
-        tol = float(self.tol) * float(cov.diagonal().mean())
-        schedule = self._schedule(cov)
+        # Mean per-feature variance: trace of the covariance / d, from the centred norms.
+        total = x_sq.sum(dtype=torch.float64) if w is None else (w.double() * x_sq).sum()
+        weight = n if w is None else float(w.double().sum())
+        tol = float(self.tol) * float(total) / (weight * Xt.shape[1])
+        schedule = self._schedule(Xt, w)
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None
@@ -410,12 +416,19 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         del Xt, x_sq
         self._data_mean = mean.cpu().numpy()
+        self._centred_centers = best.centres.cpu().numpy()
         self.cluster_centers_ = (best.centres.double().cpu().numpy() + self._data_mean).astype(
             out_dtype
         )
-        # Labels and inertia through the same code path as predict and score, so that
-        # labels_ == predict(X) holds exactly whatever the precisions involved.
-        self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
+        if self._inference_dtype(out_dtype) == _DTYPES[self.dtype]:
+            # predict would repeat the solver's last pass operation for operation (same
+            # centred data, centres and blocks): its labels are predict(X).
+            self.labels_ = best.labels.cpu().numpy()
+            self.inertia_ = float(best.inertia)
+        else:
+            # A wider inference precision: labels and inertia through predict's own path,
+            # so that labels_ == predict(X) holds exactly.
+            self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
         self.n_iter_ = int(best.n_iter)
         self.sigma_ = float(best.sigma)
         self.history_ = best.history
@@ -461,6 +474,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             array = array.astype(_NUMPY_DTYPES[model.dtype])
         model.cluster_centers_ = np.ascontiguousarray(array)
         model._data_mean = array.mean(axis=0, dtype=np.float64)
+        model._centred_centers = (array - model._data_mean).astype(_NUMPY_DTYPES[model.dtype])
         model.n_features_in_ = int(array.shape[1])
         model.sigma_ = float(sigma)
         model.n_iter_ = 0
@@ -474,14 +488,20 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         the fit's and the input's precisions."""
         check_is_fitted(self, "cluster_centers_")
         Xt, out_dtype = self._to_tensor(X, reset=False)
-        wide = (
-            torch.float64
-            if torch.float64 in (Xt.dtype, _DTYPES.get(self.dtype, torch.float32))
-            else torch.float32
-        )
+        wide = self._inference_dtype(out_dtype)
         mean = torch.from_numpy(self._data_mean).to(Xt.device)
-        C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64)).to(Xt.device)
-        return (Xt.to(wide) - mean.to(wide)), (C - mean).to(wide), out_dtype
+        if wide == _DTYPES[self.dtype]:
+            C = torch.from_numpy(self._centred_centers).to(device=Xt.device, dtype=wide)
+        else:
+            C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64))
+            C = (C.to(Xt.device) - mean).to(wide)
+        return (Xt.to(wide) - mean.to(wide)), C, out_dtype
+
+    def _inference_dtype(self, input_dtype: np.dtype) -> torch.dtype:
+        """The wider of the fit's precision and the input's."""
+        if np.dtype(input_dtype) == np.float64 or self.dtype == "float64":
+            return torch.float64
+        return torch.float32
 
     def _blocks(self, X: torch.Tensor, C: torch.Tensor):
         """Yield ``(rows, D)`` distance blocks of ``X`` to the centres."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .assign import EStep, SparseResponsibilities, responsibilities
+from .assign import EStep, SparseResponsibilities, nearest, responsibilities
 from .distances import iter_chunks, squared_distances, squared_norms
 
 #: Annealing hands over to Lloyd once at most this fraction of the points is still soft.
@@ -94,6 +94,8 @@ class FixedPointIteration:
         self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
         # Number of centres ``labels`` refers to; 0 when they are stale (see ``forget``).
         self._labels_for = 0
+        # Lloyd's sums (R^T W X, R^T w) for ``labels``, in float64, kept between hard passes.
+        self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
 
     def step(
@@ -113,6 +115,9 @@ class FixedPointIteration:
         blocks leave out ``||x||^2``: no map depends on a per-row constant, so it is only
         added back where a true distance is reported.
         """
+        if (assignment == "hard" or sigma <= 0.0) and not need_spread:
+            return self._hard_step(C)
+        self._hard_sums = None
         X, w = self.X, self.w
         num = torch.zeros_like(C)
         den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
@@ -157,9 +162,74 @@ class FixedPointIteration:
         )
         return num, den, stats
 
+    def _hard_step(self, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, IterationStats]:
+        """A Lloyd pass that updates the M-step sums only for the points that moved.
+
+        Between Lloyd iterations few labels change, and the sums depend on the labels
+        alone (not on the centres), so after the first pass they are kept, in float64, and
+        corrected by the moved points' contributions: the pass costs the distance GEMM and
+        a row minimum, not a scatter of every point.
+        """
+        X, w = self.X, self.w
+        incremental = self._hard_sums is not None and self._labels_for == C.shape[0]
+        if incremental:
+            num64, den64 = self._hard_sums
+        else:
+            num = torch.zeros_like(C)
+            den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        c_sq = squared_norms(C).unsqueeze(0)
+        hints = self._labels_for == C.shape[0]
+        for rows in iter_chunks(X.shape[0], self.chunk_size):
+            Xc = X[rows]
+            wc = None if w is None else w[rows]
+            D = torch.addmm(c_sq, Xc, C.T, alpha=-2.0)
+            old = self.labels[rows] if hints else None
+            _, min_dist, labels = nearest(D, self.x_sq[rows], old)
+            self.min_dist[rows] = min_dist
+            inertia += (min_dist if wc is None else wc * min_dist).sum(dtype=torch.float64)
+            if incremental:
+                moved = torch.nonzero(labels != old).squeeze(1)
+                if moved.numel():
+                    Xm = Xc[moved].double()
+                    mass = (
+                        torch.ones(moved.shape[0], dtype=torch.float64, device=C.device)
+                        if wc is None
+                        else wc[moved].double()
+                    )
+                    if wc is not None:
+                        Xm = Xm * mass.unsqueeze(1)
+                    num64.index_add_(0, labels[moved], Xm)
+                    num64.index_add_(0, old[moved], Xm, alpha=-1.0)
+                    den64.index_add_(0, labels[moved], mass)
+                    den64.index_add_(0, old[moved], mass, alpha=-1.0)
+            elif wc is None:
+                num.index_add_(0, labels, Xc)
+                den.index_add_(0, labels, torch.ones_like(min_dist))
+            else:
+                num.index_add_(0, labels, Xc * wc.unsqueeze(1))
+                den.index_add_(0, labels, wc)
+            self.labels[rows] = labels
+        if not incremental:
+            num64, den64 = num.double(), den.double()
+        self._hard_sums = (num64, den64)
+        self._labels_for = C.shape[0]
+        total = float(inertia)
+        stats = IterationStats(
+            objective=total,
+            inertia=total,
+            mean_nnz=1.0,
+            n_soft=0,
+            spread=torch.zeros(C.shape[0], dtype=C.dtype, device=C.device),
+        )
+        # A cluster that lost all its points can keep a rounding residue of its weights.
+        den_out = torch.where(den64 > 1e-12 * self.total_weight, den64, 0.0)
+        return num64.to(C.dtype), den_out.to(C.dtype), stats
+
     def forget(self) -> None:
         """The centres were re-arranged: the stored labels no longer hint the next pass."""
         self._labels_for = 0
+        self._hard_sums = None
 
     def update(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rbfkm_engine.distances import (
+    CPU_BLOCK_BYTES,
     DEFAULT_BUDGET_BYTES,
     cache_chunk_size,
     chunk_size_for,
@@ -170,6 +171,7 @@ def test_cache_chunk_size() -> None:
     for k in (1, 8, 256, 4096, 100_000):
         rows = cache_chunk_size(k, cpu, 4)
         assert rows >= 1
-        # About 1 MiB per (rows, k) block, but never so few rows that the GEMM starves.
-        assert rows * k * 4 <= 1024**2 or rows <= 256
+        # About CPU_BLOCK_BYTES per (rows, k) block, but never so few rows that the GEMM
+        # starves.
+        assert rows * k * 4 <= CPU_BLOCK_BYTES or rows <= 256
     assert cache_chunk_size(8, cpu, 8) <= cache_chunk_size(8, cpu, 4)
