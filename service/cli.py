@@ -94,7 +94,13 @@ def _run_api(settings: Settings) -> None:
         # default handlers that would kill this process before it stops workers and Redis.
         signal.signal(signum, lambda sig, _: received.append(sig))
     print(f"rbfkm API on http://{settings.host}:{settings.port}", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=settings.access_log,
+    )
 
 
 def serve(settings: Settings) -> int:

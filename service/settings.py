@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=0, description="Workers started by `rbfkm serve`.")
     device: str = Field(default="auto", description="Device for workers: auto | cpu | cuda[:N].")
     key_prefix: str = Field(default="rbfkm", description="Prefix of every Redis key.")
+    access_log: bool = Field(
+        default=False,
+        description="Log every request (off by default: it costs a share of a status poll).",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod
