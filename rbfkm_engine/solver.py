@@ -5,8 +5,11 @@ the accumulation of the M-step ``c_j = sum_i w_i R_ij x_i / sum_i w_i R_ij``: de
 responsibilities go through one GEMM ``R^T X`` per block, sparse ones (entmax15 at low
 temperature, hard) through ``index_add_`` over their few support slots, so there is never
 a Python loop over points. At each temperature the iteration is repeated until the centres
-move less than ``tol``; the temperature then falls geometrically, and a final phase of
-hard (Lloyd) iterations ends on a true K-Means fixed point.
+move less than ``tol`` (at most ``MAX_ITER_PER_SIGMA`` times: warm starts make that
+enough); the temperature then falls geometrically, and a final phase of hard (Lloyd)
+iterations ends on a true K-Means fixed point. Annealed fits grow their centres from the
+weighted mean by twin splits and merge centres that fall back together (:func:`anneal`);
+Lloyd passes keep the M-step sums and correct them for the points that moved.
 
 This module knows tensors only; validation and conversions live in ``model.py``.
 """
