@@ -11,10 +11,11 @@ the scores are ``z = -D / sigma`` and
   ``sum_j R_ij D_ij - sigma H_T(R_i)`` with the Tsallis entropy
   ``H_T(p) = (4/3) (1 - sum_j p_j^{3/2})``. Sparse: after shifting the row so its maximum
   score is 0, ``tau >= -1``, so only centres with ``D_ij - min_j D_ij < 2 sigma`` can be in
-  the support. The map is therefore computed exactly on the top-m nearest centres, with
-  ``m`` the largest number of such candidates in the block: no partial-sort guess to check
-  and re-sort. A point is exactly hard once ``sigma`` is below half the gap between its
-  two nearest squared distances.
+  the support. Rows with a single candidate are exactly one-hot and skip the map; the
+  others get it on their ``m`` nearest centres, ``m`` the largest candidate count among
+  them (an exact top-m, so there is no partial-sort guess to check and re-sort), or on the
+  whole row when ``m`` is large. A point is exactly hard once ``sigma`` is below half the
+  gap between its two nearest squared distances.
 - ``hard``: one-hot argmin (``sigma = 0``, Lloyd).
 
 Everything here works on one block of rows (see :mod:`rbfkm_engine.distances`).
