@@ -328,10 +328,14 @@ def test_worker_fenced_out_at_commit_deletes_only_its_own_files(
 def test_heartbeats_keep_a_long_job_from_being_reclaimed(
     make_queue: Callable[..., JobQueue], make_worker: Callable[..., Worker]
 ) -> None:
+    class SlowerRBFKMeans(SlowRBFKMeans):
+        # The fit converges in about 20 iterations: 150 ms each outlasts 3 lease windows.
+        delay_s: ClassVar[float] = 0.15
+
     queue = make_queue(lease_s=0.6)
-    params = {**SLOW, "max_iter": 40}  # at least 40 iterations * 50 ms: over 3 lease windows
+    params = {**SLOW, "max_iter": 40}
     job_id = queue.submit("ds", params)["id"]
-    thread = _run_in_thread(make_worker(queue, estimator=SlowRBFKMeans))
+    thread = _run_in_thread(make_worker(queue, estimator=SlowerRBFKMeans))
     _wait_for(lambda: _status(queue, job_id) == "running", what="the job to run")
     iterations = set()
     started = time.monotonic()
