@@ -21,7 +21,7 @@ from service.embedded import EmbeddedRedis, free_port
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICE_DOC = ROOT / "docs" / "SERVICE.md"
+SERVICE_DOC = ROOT / "README.md"
 
 
 def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -94,7 +94,7 @@ def curl_session() -> str:
     match = re.search(
         r"<!-- curl-session -->\s*```bash\n(.*?)```\s*<!-- /curl-session -->", text, re.S
     )
-    assert match, "docs/SERVICE.md has a marked curl session"
+    assert match, "README.md has a marked curl session"
     return match.group(1)
 
 
