@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,6 +30,17 @@ def blobs(n: int = 240, d: int = 2, k: int = 3, seed: int = 0) -> np.ndarray:
     centres = rng.uniform(-10, 10, size=(k, d))
     labels = np.arange(n) % k
     return centres[labels] + rng.normal(scale=0.5, size=(n, d))
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
 def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settings:

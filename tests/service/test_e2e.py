@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from service.cli import stop_processes
 from service.embedded import free_port
 from service.settings import Settings
 from service.worker import spawn_workers
-from tests.service.conftest import blobs, make_settings, npy_bytes
+from tests.service.conftest import blobs, make_settings, npy_bytes, wait_for
 
 KEY = "e2e-secret"
 PROBLEM = "application/problem+json"
@@ -45,16 +44,6 @@ class Live:
     http: httpx.Client
     settings: Settings
     base_url: str
-
-
-def _wait(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +72,8 @@ def live(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     base_url = f"http://127.0.0.1:{port}"
     http = httpx.Client(base_url=base_url, headers={"X-API-Key": KEY}, timeout=60)
     try:
-        _wait(lambda: server.started, 30, "uvicorn")
-        _wait(lambda: http.get("/readyz").status_code == 200, 120, "a worker to be ready")
+        wait_for(lambda: server.started, 30, "uvicorn")
+        wait_for(lambda: http.get("/readyz").status_code == 200, 120, "a worker to be ready")
         yield Live(http, settings, base_url)
     finally:
         http.close()
@@ -129,7 +118,7 @@ def wait_status(live: Live, job_id: str, statuses: tuple[str, ...], timeout_s: f
         job = live.http.get(f"/v1/jobs/{job_id}").json()
         return job if job["status"] in statuses else None
 
-    return _wait(poll, timeout_s, f"job {job_id} to be {statuses}")
+    return wait_for(poll, timeout_s, f"job {job_id} to be {statuses}")
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +328,7 @@ def test_cancel_running_and_queued(live: Live) -> None:
         job = live.http.get(f"/v1/jobs/{running['id']}").json()
         return job if job["status"] == "running" and job["progress"]["iteration"] else None
 
-    job = _wait(progressing, 90, "the slow job to make progress")
+    job = wait_for(progressing, 90, "the slow job to make progress")
     assert job["progress"]["sigma"] is not None
     waiting = submit(live, meta["id"], **slow)  # the only worker is busy: this one waits
     assert live.http.get(f"/v1/jobs/{waiting['id']}").json()["status"] == "queued"

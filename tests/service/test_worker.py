@@ -28,6 +28,7 @@ from service.worker import (
     job_device,
     spawn_workers,
 )
+from tests.service.conftest import wait_for
 
 PARAMS = {"n_clusters": 3, "random_state": 0, "max_iter": 40}
 SLOW = {"n_clusters": 3, "random_state": 0, "max_iter": 300, "tol": 0.0}
@@ -58,16 +59,6 @@ def _blobs(n: int = 90, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
     return (centres[rng.integers(0, 3, n)] + rng.normal(scale=0.7, size=(n, 2))).astype(np.float32)
-
-
-def _wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
 @pytest.fixture
@@ -251,7 +242,7 @@ def test_cancel_running_job_stops_it_at_the_next_iteration(
 ) -> None:
     job_id = queue.submit("ds", SLOW)["id"]
     thread = _run_in_thread(make_worker(queue, estimator=SlowerRBFKMeans))
-    _wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
+    wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
     canceled_at = time.monotonic()
     queue.cancel(job_id)
     thread.join(timeout=15)
@@ -277,7 +268,7 @@ def test_fenced_out_worker_drops_its_work_and_the_winner_succeeds_once(
     # A stalls: it never renews (as if frozen by GC or a network partition).
     stale = make_worker(queue, consumer="stale", heartbeat_s=1000.0, estimator=SlowRBFKMeans)
     thread = _run_in_thread(stale)
-    _wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
+    wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
     time.sleep(0.4)
     # B, on another machine (its own device lock), reclaims the lapsed lease and finishes.
     winner = make_worker(queue, consumer="winner", lock_dir=tmp_path_factory.mktemp("b"))
@@ -338,7 +329,7 @@ def test_heartbeats_keep_a_long_job_from_being_reclaimed(
     params = {**SLOW, "max_iter": 40}
     job_id = queue.submit("ds", params)["id"]
     thread = _run_in_thread(make_worker(queue, estimator=SlowerRBFKMeans))
-    _wait_for(lambda: _status(queue, job_id) == "running", what="the job to run")
+    wait_for(lambda: _status(queue, job_id) == "running", what="the job to run")
     iterations = set()
     started = time.monotonic()
     while thread.is_alive():
@@ -363,8 +354,8 @@ def test_busy_worker_reaps_a_dead_workers_job(
     busy = queue.submit("ds", {**SLOW, "max_iter": 60})["id"]
     thread = _run_in_thread(make_worker(queue, estimator=SlowRBFKMeans))
     try:
-        _wait_for(lambda: _status(queue, busy) == "running", what="the busy job to run")
-        _wait_for(lambda: _status(queue, orphan) == "queued", 10, "the orphan to be reaped")
+        wait_for(lambda: _status(queue, busy) == "running", what="the busy job to run")
+        wait_for(lambda: _status(queue, orphan) == "queued", 10, "the orphan to be reaped")
         assert _status(queue, busy) == "running"  # reaped while the worker was busy
     finally:
         queue.cancel(busy)
@@ -425,8 +416,8 @@ def test_run_loop_serves_jobs_until_stopped(
     thread.start()
     try:
         ids = [queue.submit("ds", PARAMS)["id"] for _ in range(2)]
-        _wait_for(lambda: queue.workers_alive() == 1, what="the worker to register")
-        _wait_for(lambda: all(_status(queue, i) == "succeeded" for i in ids), what="both jobs")
+        wait_for(lambda: queue.workers_alive() == 1, what="the worker to register")
+        wait_for(lambda: all(_status(queue, i) == "succeeded" for i in ids), what="both jobs")
     finally:
         stop.set()
         thread.join(timeout=10)
@@ -442,7 +433,7 @@ def test_stopping_worker_hands_its_job_back(
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), kwargs={"block_ms": 100})
     thread.start()
-    _wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
+    wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
     stop.set()
     thread.join(timeout=15)
     assert not thread.is_alive()
@@ -494,7 +485,7 @@ def test_sigkilled_worker_process_job_is_reclaimed_and_succeeds_once(
     job_id = queue.submit("ds", SLOW)["id"]
     (process,) = spawn_workers(settings, 1, estimator=SlowRBFKMeans)
     try:
-        _wait_for(lambda: _running_with_progress(queue, job_id), 120, "the spawned worker")
+        wait_for(lambda: _running_with_progress(queue, job_id), 120, "the spawned worker")
         assert process.pid is not None
         os.kill(process.pid, signal.SIGKILL)
         process.join(timeout=10)
@@ -510,7 +501,7 @@ def test_sigkilled_worker_process_job_is_reclaimed_and_succeeds_once(
         device="cpu",
         lock_dir=tmp_path_factory.mktemp("survivor"),
     )
-    _wait_for(lambda: survivor.run_once(block_ms=200) == job_id, 30, "the reclaim")
+    wait_for(lambda: survivor.run_once(block_ms=200) == job_id, 30, "the reclaim")
     job = queue.get(job_id)
     assert job is not None
     assert (job["status"], job["attempts"]) == ("succeeded", 2)
@@ -527,7 +518,7 @@ def test_sigterm_stops_a_worker_process_cleanly(
     job_id = queue.submit("ds", SLOW)["id"]
     (process,) = spawn_workers(settings, 1, estimator=SlowRBFKMeans)
     try:
-        _wait_for(lambda: _running_with_progress(queue, job_id), 120, "the spawned worker")
+        wait_for(lambda: _running_with_progress(queue, job_id), 120, "the spawned worker")
         assert queue.workers_alive() == 1
         process.terminate()
         process.join(timeout=15)
@@ -568,11 +559,11 @@ def test_orphaned_worker_process_exits(
     )
     server.start()
     try:
-        _wait_for(lambda: queue.workers_alive() == 1, 120, "the worker to start")
+        wait_for(lambda: queue.workers_alive() == 1, 120, "the worker to start")
         worker_pid = int(pid_file.read_text())
         os.kill(server.pid, signal.SIGKILL)  # no chance to stop its children
         server.join(timeout=10)
-        _wait_for(lambda: _gone(worker_pid), 30, "the orphaned worker to exit")
+        wait_for(lambda: _gone(worker_pid), 30, "the orphaned worker to exit")
     finally:
         if server.is_alive():
             server.kill()
