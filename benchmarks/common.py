@@ -317,6 +317,24 @@ def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict
     return out
 
 
+def distance_line(dist: dict[str, Any], digits: int = 1) -> str:
+    """The printed line for a :func:`distance_step` result (plus its ``in_fit`` entry)."""
+    matmul = dist["matmul_gflops"]
+    line = f"-- distance step: torch.matmul {matmul:.{digits}f} GFLOP/s"
+    if dist.get("engine_gflops"):
+        line += (
+            f", engine squared_distances (chunks of {dist['chunk_rows']} rows) "
+            f"{dist['engine_gflops']:.{digits}f} GFLOP/s = {dist['engine_gflops'] / matmul:.0%}"
+        )
+    in_fit = dist.get("in_fit") or {}
+    if in_fit.get("gflops"):
+        line += (
+            f"; inside a profiled hard fit {in_fit['gflops']:.{digits}f} GFLOP/s"
+            f" = {in_fit['gflops'] / matmul:.0%}"
+        )
+    return line
+
+
 def in_fit_gemm(
     X: Any, C0: Any, n_iter: int, device: str = "cpu", repeats: int = 3
 ) -> dict[str, Any] | None:

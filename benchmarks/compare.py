@@ -434,21 +434,7 @@ def print_dataset(common: Any, ds: Any, res: dict[str, Any], args: argparse.Name
             rows,
         )
     )
-    dist = res["distance"]
-    line = f"-- distance step: torch.matmul {dist['matmul_gflops']:.1f} GFLOP/s"
-    if dist.get("engine_gflops"):
-        line += (
-            f", engine squared_distances (chunks of {dist['chunk_rows']} rows) "
-            f"{dist['engine_gflops']:.1f} GFLOP/s"
-            f" = {dist['engine_gflops'] / dist['matmul_gflops']:.0%}"
-        )
-    in_fit = dist.get("in_fit") or {}
-    if in_fit.get("gflops"):
-        line += (
-            f"; inside a profiled hard fit {in_fit['gflops']:.1f} GFLOP/s"
-            f" = {in_fit['gflops'] / dist['matmul_gflops']:.0%}"
-        )
-    print(line)
+    print(common.distance_line(res["distance"]))
     b = res["memory_bound"]
     print(
         f"-- memory bound (d): 2 x X ({b['x_bytes'] / MIB:.1f} MiB) + centroids "

@@ -227,20 +227,7 @@ def print_dataset(common: Any, name: str, res: dict[str, Any], args: argparse.Na
     """The tables of one data set."""
     fmt = common.fmt
     print(f"\n=== {name} (CUDA)")
-    dist = res["distance"]
-    line = f"-- distance step: torch.matmul {dist['matmul_gflops']:.0f} GFLOP/s"
-    if dist.get("engine_gflops"):
-        line += (
-            f", engine squared_distances {dist['engine_gflops']:.0f} GFLOP/s "
-            f"({dist['fraction']:.0%}, chunks of {dist['chunk_rows']} rows)"
-        )
-    in_fit = dist.get("in_fit") or {}
-    if in_fit.get("gflops"):
-        line += (
-            f"; inside a profiled hard fit {in_fit['gflops']:.0f} GFLOP/s "
-            f"({in_fit['gflops'] / dist['matmul_gflops']:.0%})"
-        )
-    print(line)
+    print(common.distance_line(res["distance"], digits=0))
     print(f"-- speed: same C0 (random rows), {args.iters} iterations, best of {args.repeats}")
     rows = []
     for m, r in res["speed"].items():
