@@ -273,15 +273,12 @@ class FixedPointIteration:
 
     def add_farthest(self, C: torch.Tensor, n_new: int) -> torch.Tensor:
         """Append ``n_new`` centres, each the point farthest from all centres so far."""
-        c_sq = squared_norms(C)
-        closest = torch.empty(self.X.shape[0], dtype=self.X.dtype, device=self.X.device)
-        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            D = squared_distances(self.X[rows], C, self.x_sq[rows], c_sq)
-            closest[rows] = D.min(dim=1).values
+        self.hard_labels(C)
+        closest = self.min_dist.clone()
         added = [self._take_farthest(closest).to(C.dtype).unsqueeze(0) for _ in range(n_new)]
         return torch.cat([C, *added]) if added else C
 
-    def final_labels(self, C: torch.Tensor) -> float:
+    def hard_labels(self, C: torch.Tensor) -> float:
         """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia."""
         c_sq = squared_norms(C)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
@@ -659,7 +656,7 @@ def solve(
     if C.shape[0] < n_clusters:  # no schedule (constant data): seed the rest, then Lloyd
         C = fp.add_farthest(C, n_clusters - C.shape[0])
     C, converged = lloyd(fp, C, tol=tol, budget=budget, history=history, verbose=verbose)
-    inertia = fp.final_labels(C)
+    inertia = fp.hard_labels(C)
     return SolverResult(
         centres=C,
         labels=fp.labels.clone(),
