@@ -56,6 +56,10 @@ class SparseResponsibilities:
     soft_rows: torch.Tensor  # (r,) int64
     soft_block: torch.Tensor  # (r, k)
     n_clusters: int
+    # The soft rows' support packed, when it is narrow: ``soft_block[r, soft_cols[r, s]]
+    # += soft_vals[r, s]`` (padding slots hold 0), so statistics need not scan (r, k).
+    soft_cols: torch.Tensor | None = None  # (r, width) int64
+    soft_vals: torch.Tensor | None = None  # (r, width)
 
     @classmethod
     def one_hot(
@@ -75,7 +79,8 @@ class SparseResponsibilities:
 
     def nnz(self) -> int:
         n_soft = int(self.soft_rows.shape[0])
-        return self.n_rows - n_soft + int(torch.count_nonzero(self.soft_block))
+        block = self.soft_block if self.soft_vals is None else self.soft_vals
+        return self.n_rows - n_soft + int(torch.count_nonzero(block))
 
     def nnz_per_row(self) -> torch.Tensor:
         counts = torch.ones(self.n_rows, dtype=torch.long, device=self.labels.device)
@@ -189,6 +194,36 @@ def softmax_map(
     return EStep(R, energy, min_dist, labels, n_soft)
 
 
+def _packed_candidates(
+    D: torch.Tensor,
+    d_min: torch.Tensor,
+    candidate: torch.Tensor,
+    soft: torch.Tensor,
+    counts: torch.Tensor,
+    width: int,
+    fill: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The soft rows' candidate gaps ``D - d_min`` and columns, packed into ``(r, width)``.
+
+    Cheaper than a ``topk`` of ``width`` or a gather of the soft rows (several times, on
+    the CPU): one pass finds the candidates, one scatter packs them. ``counts``: the
+    candidates of each soft row. Rows with fewer than ``width`` candidates are padded with
+    gap ``fill`` (outside the support: probability exactly 0) on column 0.
+    """
+    rows, cols = torch.nonzero(candidate, as_tuple=True)  # row-major order
+    keep = soft[rows]
+    rows, cols = rows[keep], cols[keep]
+    packed_row = (torch.cumsum(soft, dim=0) - 1)[rows]
+    start = torch.cumsum(counts, dim=0) - counts
+    slot = torch.arange(rows.shape[0], device=D.device) - start[packed_row]
+    r = counts.shape[0]
+    near = torch.zeros((r, width), dtype=torch.long, device=D.device)
+    near[packed_row, slot] = cols
+    near_gap = torch.full((r, width), fill, dtype=D.dtype, device=D.device)
+    near_gap[packed_row, slot] = torch.take(D, rows * D.shape[1] + cols) - d_min[rows]
+    return near_gap, near
+
+
 def entmax15_map(
     D: torch.Tensor,
     sigma: float,
@@ -210,31 +245,37 @@ def entmax15_map(
     if k == 1:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
-    threshold = (d_min + 2.0 * sigma).unsqueeze(1)
-    counts = torch.count_nonzero(D < threshold, dim=1)
+    candidate = D < (d_min + 2.0 * sigma).unsqueeze(1)
+    # A bool reduction with an int32 result: count_nonzero casts the block to int64 first.
+    counts = candidate.sum(dim=1, dtype=torch.int32)
     soft_rows = torch.nonzero(counts > 1).squeeze(1)
     if soft_rows.numel() == 0:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
-    gap = D[soft_rows] - d_min[soft_rows].unsqueeze(1)
-    width = int(counts[soft_rows].max())
+    soft_counts = counts[soft_rows]
+    width = int(soft_counts.max())
     if width <= k // 4:
-        # Narrow supports: the map on the ``width`` nearest centres is the full-row map.
-        near_gap, near = torch.topk(gap, width, dim=1, largest=False, sorted=False)
+        # Narrow supports: the map on the candidate centres is the full-row map.
+        near_gap, near = _packed_candidates(
+            D, d_min, candidate, counts > 1, soft_counts, width, -_ENTMAX_FLOOR * sigma
+        )
         p_near = entmax15((near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
         spent = (p_near * near_gap).sum(dim=1)
-        p = torch.zeros_like(gap).scatter_(1, near, p_near)
+        p = D.new_zeros((soft_rows.shape[0], k)).scatter_add_(1, near, p_near)
+        packed = (near, p_near)
     else:
+        gap = D[soft_rows] - d_min[soft_rows].unsqueeze(1)
         p = entmax15((gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
         p_near = p
         spent = (p * gap).sum(dim=1)
+        packed = (None, None)
     tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))
     energy = min_dist.clone()
     energy[soft_rows] += spent - sigma * tsallis
     first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
     first[soft_rows] = 0.0
-    R = SparseResponsibilities(labels, first, soft_rows, p, k)
-    n_soft = int((torch.count_nonzero(p, dim=1) > 1).sum())
+    R = SparseResponsibilities(labels, first, soft_rows, p, k, *packed)
+    n_soft = int((torch.count_nonzero(p_near, dim=1) > 1).sum())
     return EStep(R, energy, min_dist, labels, n_soft)
 
 

@@ -14,7 +14,7 @@ import torch
 from .distances import chunk_size_for, iter_chunks, squared_distances, squared_norms
 
 
-def _sample_proportional(
+def sample_proportional(
     weights: torch.Tensor, n_samples: int, generator: torch.Generator | None
 ) -> torch.Tensor:
     """Indices drawn with replacement with probability ``weights / weights.sum()``.
@@ -61,7 +61,7 @@ def kmeans_plusplus(
     )
     chunk = chunk_size_for(n_local_trials, X.shape[1], X.element_size())
     centres = torch.empty((n_clusters, X.shape[1]), dtype=X.dtype, device=X.device)
-    first = int(_sample_proportional(w, 1, generator))
+    first = int(sample_proportional(w, 1, generator))
     centres[0] = X[first]
     closest = _min_distances_to(X, x_sq, centres[:1], chunk).squeeze(1)
     potential = float((w * closest).sum())
@@ -69,9 +69,9 @@ def kmeans_plusplus(
         weights = w * closest
         if potential <= 0.0 or not math.isfinite(potential):
             # Every point already coincides with a centre: pick any remaining point.
-            candidates = _sample_proportional(w, n_local_trials, generator)
+            candidates = sample_proportional(w, n_local_trials, generator)
         else:
-            candidates = _sample_proportional(weights, n_local_trials, generator)
+            candidates = sample_proportional(weights, n_local_trials, generator)
         cand_dist = _min_distances_to(X, x_sq, X[candidates], chunk)
         torch.minimum(cand_dist, closest.unsqueeze(1), out=cand_dist)
         cand_potential = (w.unsqueeze(1) * cand_dist).sum(dim=0)

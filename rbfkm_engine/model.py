@@ -78,7 +78,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     (``H``: Shannon entropy for softmax, Tsallis-1.5 for entmax15). ``sigma`` starts just
     above the critical temperature where the collapsed solution splits and falls
-    geometrically; hard Lloyd iterations finish on a true K-Means fixed point.
+    geometrically; hard Lloyd iterations finish on a true K-Means fixed point. Annealed
+    fits then swap a centre for a better-placed one while that lowers the inertia (the
+    local search of Lattanzi and Sohler, 2019), each swap followed by Lloyd again.
 
     Parameters
     ----------
@@ -86,9 +88,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     assignment : {"entmax15", "softmax", "hard"}, default="entmax15"
         The responsibility map. ``"hard"`` is plain Lloyd from the initial centres.
     sigma0 : float or "auto", default="auto"
-        First temperature. ``"auto"``: 1.1 x the critical temperature, ``2 lambda_max`` for
-        softmax and ``2 sqrt(k) lambda_max`` for entmax15 (``lambda_max``: largest
-        eigenvalue of the weighted covariance).
+        First temperature. ``"auto"``: 1.1 x the critical temperature of ``m`` coincident
+        centres, ``2 lambda_max`` for softmax and ``2 sqrt(m) lambda_max`` for entmax15
+        (``lambda_max``: largest eigenvalue of the weighted covariance). ``m = 2`` when the
+        centres are grown by splitting (a centre and its twin, the default), ``m = k``
+        when annealing starts from an ``init`` array.
     sigma_min : float or "auto", default="auto"
         Last temperature; ``"auto"``: ``1e-4 x 2 lambda_max``. Annealing also stops once
         almost every point is hard (exactly, for entmax15).
@@ -119,7 +123,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     n_iter_ : int, fixed-point iterations of the best run
     n_features_in_ : int
     sigma_ : float, the last annealing temperature (0.0 for ``"hard"``)
-    history_ : list of dict, one per temperature (and one for the Lloyd phase) with
+    history_ : list of dict, one per temperature, one for the Lloyd phase and one for
+        the Lloyd phase after each swap (``sigma = 0`` for both), with
         ``sigma, objective, inertia, iterations, mean_nnz``
     stopped_early_ : bool, whether the fit callback stopped the fit
 
@@ -309,8 +314,21 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError("init array contains NaN or infinity")
         return (C - mean).to(X.dtype)
 
+    def _grows_centres(self) -> bool:
+        """Whether an annealed fit grows its centres by splitting from the mean.
+
+        Annealing from the collapsed state forgets any initial centres, so it grows them
+        instead; an explicit init array is honoured as given.
+        """
+        return isinstance(self.init, str)
+
     def _schedule(self, X: torch.Tensor, w: torch.Tensor | None) -> list[float]:
-        """Temperatures for this fit (``X`` centred); empty for hard or degenerate data."""
+        """Temperatures for this fit (``X`` centred); empty for hard or degenerate data.
+
+        Grown fits start from one centre and its twin, whose entmax15 critical temperature
+        is that of 2 coincident centres, not of ``k``: starting at the latter would only
+        spend iterations on a state that cannot split.
+        """
         if self.assignment == "hard":
             return []
         needs_lambda = self.sigma0 == "auto" or self.sigma_min == "auto"
@@ -321,8 +339,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             lambda_max = 1.0
         if needs_lambda and lambda_max <= 0.0:
             return []  # constant data: nothing to anneal
+        coincident = min(2, self.n_clusters) if self._grows_centres() else self.n_clusters
         sigma0 = (
-            SIGMA0_MARGIN * critical_temperature(lambda_max, self.n_clusters, self.assignment)
+            SIGMA0_MARGIN * critical_temperature(lambda_max, coincident, self.assignment)
             if self.sigma0 == "auto"
             else float(self.sigma0)
         )
@@ -380,9 +399,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         for run in range(n_init):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-            # Annealing from the collapsed state forgets any initial centres, so it grows
-            # them by splitting instead; an explicit init array is honoured as given.
-            grow = bool(schedule) and isinstance(self.init, str)
+            grow = bool(schedule) and self._grows_centres()
             C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, mean)
             result = solve(
                 Xt,

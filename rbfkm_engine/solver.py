@@ -9,7 +9,9 @@ move less than ``tol`` (at most ``MAX_ITER_PER_SIGMA`` times: warm starts make t
 enough); the temperature then falls geometrically, and a final phase of hard (Lloyd)
 iterations ends on a true K-Means fixed point. Annealed fits grow their centres from the
 weighted mean by twin splits and merge centres that fall back together (:func:`anneal`);
-Lloyd passes keep the M-step sums and correct them for the points that moved.
+Lloyd passes keep the M-step sums and correct them for the points that moved. Annealed
+fits end with a search for centre swaps that lower the inertia (:func:`refine`, math in
+:mod:`rbfkm_engine.swaps`), each followed by Lloyd to a new fixed point.
 
 This module knows tensors only; validation and conversions live in ``model.py``.
 """
@@ -24,6 +26,8 @@ import torch
 
 from .assign import EStep, SparseResponsibilities, nearest, responsibilities
 from .distances import iter_chunks, squared_distances, squared_norms
+from .init import sample_proportional
+from .swaps import SWAP_CANDIDATES, SWAP_MIN_GAIN, SWAP_PATIENCE, swap_costs
 
 #: Annealing hands over to Lloyd once at most this fraction of the points is still soft.
 SOFT_FRACTION_STOP = 1e-3
@@ -291,6 +295,60 @@ class FixedPointIteration:
             inertia += (min_dist if wc is None else wc * min_dist).sum(dtype=torch.float64)
         return float(inertia)
 
+    def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Hard E-step at ``C`` that also returns each point's second-nearest squared
+        distance (``labels`` and ``min_dist`` hold the nearest); and the inertia."""
+        C_gemm, c_sq = _padded_for_row_reductions(C)
+        second = torch.empty_like(self.min_dist)
+        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = torch.addmm(c_sq, self.X[rows], C_gemm.T, alpha=-2.0)
+            values, labels = torch.topk(D, 2, dim=1, largest=False)
+            values.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
+            self.min_dist[rows] = values[:, 0]
+            second[rows] = values[:, 1]
+            self.labels[rows] = labels[:, 0]
+            wc = None if self.w is None else self.w[rows]
+            nearest = values[:, 0] if wc is None else wc * values[:, 0]
+            inertia += nearest.sum(dtype=torch.float64)
+        self._labels_for = 0
+        self._hard_sums = None
+        return second, float(inertia)
+
+    def captured_means(self, P: torch.Tensor) -> torch.Tensor:
+        """Each candidate centre moved to the (weighted) mean of the points it would take
+        from their nearest centre, at the distances of the last :meth:`two_nearest`.
+
+        One Lloyd step for the newcomer alone: in many dimensions a data point is a poor
+        centre (about twice its cluster's mean squared radius away from the others), so
+        swaps priced at the point itself would hardly ever pay.
+        """
+        p_sq = squared_norms(P)
+        num = torch.zeros_like(P)
+        den = torch.zeros(P.shape[0], dtype=P.dtype, device=P.device)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            dp = squared_distances(self.X[rows], P, self.x_sq[rows], p_sq)
+            taken = (dp < self.min_dist[rows].unsqueeze(1)).to(P.dtype)
+            if self.w is not None:
+                taken.mul_(self.w[rows].unsqueeze(1))
+            num.addmm_(taken.T, self.X[rows])
+            den.add_(taken.sum(dim=0))
+        return torch.where((den > 0).unsqueeze(1), num / den.clamp_min(1e-300).unsqueeze(1), P)
+
+    def swap_costs(self, P: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        """``(k, B)`` inertia after replacing centre ``j`` by candidate centre ``P[b]``, at
+        the labels and distances of the last :meth:`two_nearest` (see :mod:`.swaps`)."""
+        p_sq = squared_norms(P)
+        base = torch.zeros(P.shape[0], dtype=torch.float64, device=P.device)
+        delta = torch.zeros((self.k, P.shape[0]), dtype=torch.float64, device=P.device)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            dp = squared_distances(self.X[rows], P, self.x_sq[rows], p_sq)
+            wc = None if self.w is None else self.w[rows]
+            b, d = swap_costs(self.min_dist[rows], second[rows], self.labels[rows], wc, dp, self.k)
+            base += b
+            delta += d
+        return delta + base.unsqueeze(0)
+
 
 def _padded_for_row_reductions(C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Centres for the distance GEMM, and their squared norms as a ``(1, k')`` row.
@@ -313,9 +371,14 @@ def _count_nonzeros(R: torch.Tensor | SparseResponsibilities, twins_from: int | 
     if isinstance(R, SparseResponsibilities):
         if twins_from is None or R.soft_rows.numel() == 0:
             return R.nnz()
+        n_hard = R.n_rows - R.soft_rows.shape[0]
+        if R.soft_cols is not None:
+            # Distinct (row, centre) pairs among the nonzeros, a twin mapped to its centre.
+            r, s = torch.nonzero(R.soft_vals, as_tuple=True)
+            centre = R.soft_cols[r, s].remainder(twins_from)
+            return n_hard + int(torch.unique(r * twins_from + centre).numel())
         block = R.soft_block
         folded = block[:, :twins_from] + block[:, twins_from:]
-        n_hard = R.n_rows - R.soft_rows.shape[0]
         return n_hard + int(torch.count_nonzero(folded))
     if twins_from is not None:
         R = R[:, :twins_from] + R[:, twins_from:]
@@ -349,9 +412,14 @@ def _accumulate(
     if soft:
         block = R.soft_block.to(X.dtype)
         if w is not None:
-            block = block * w[R.soft_rows].unsqueeze(1)
-        num.addmm_(block.T, X[R.soft_rows])
+            block = block * _rows(w, R).unsqueeze(1)
+        num.addmm_(block.T, _rows(X, R))
         den.add_(block.sum(dim=0))
+
+
+def _rows(A: torch.Tensor, R: SparseResponsibilities) -> torch.Tensor:
+    """``A[R.soft_rows]``, without the copy when every row is soft."""
+    return A if R.soft_rows.shape[0] == R.n_rows else A[R.soft_rows]
 
 
 def _accumulate_spread(
@@ -369,10 +437,14 @@ def _accumulate_spread(
     if isinstance(R, SparseResponsibilities):
         first = R.first if w is None else R.first * w
         spread.index_add_(0, R.labels, (first * e.min_dist).to(spread.dtype))
-        if R.soft_rows.numel():
-            rows = R.soft_rows
-            dist = (D[rows] + x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
-            block = R.soft_block if w is None else R.soft_block * w[rows].unsqueeze(1)
+        if R.soft_cols is not None:
+            rows = R.soft_rows.unsqueeze(1)
+            dist = torch.take(D, rows * D.shape[1] + R.soft_cols).add_(x_sq[rows]).clamp_min_(0.0)
+            vals = R.soft_vals if w is None else R.soft_vals * w[rows]
+            spread.index_add_(0, R.soft_cols.flatten(), (vals * dist).flatten())
+        elif R.soft_rows.numel():
+            dist = (_rows(D, R) + _rows(x_sq, R).unsqueeze(1)).clamp_min_(0.0)
+            block = R.soft_block if w is None else R.soft_block * _rows(w, R).unsqueeze(1)
             spread.add_((block * dist).sum(dim=0))
         return
     Rw = R if w is None else R * w.unsqueeze(1)
@@ -601,6 +673,67 @@ def lloyd(
     return C, converged
 
 
+def refine(
+    fp: FixedPointIteration,
+    C: torch.Tensor,
+    *,
+    tol: float,
+    budget: _Budget,
+    history: list[dict[str, float]],
+    generator: torch.Generator | None,
+    verbose: bool,
+) -> torch.Tensor:
+    """Swap centres for points while that lowers the inertia; ``C`` is a Lloyd fixed point.
+
+    Each round prices ``SWAP_CANDIDATES`` points drawn by squared distance against every
+    centre (one pass, :func:`~rbfkm_engine.swaps.swap_costs`); the best swap, when it
+    lowers the inertia by more than ``SWAP_MIN_GAIN``, is followed by Lloyd to a new fixed
+    point (its iterations count in ``max_iter``, and one record per swap is added to the
+    history). The search stops after ``SWAP_PATIENCE`` rounds in a row without one, or when
+    the iterations run out; a swap whose Lloyd phase cannot finish is undone, so the
+    result is always a converged fixed point no worse than ``C``.
+    """
+    if fp.k < 2:
+        return C
+    second, inertia = fp.two_nearest(C)
+    failures = 0
+    swaps = 0
+    while failures < SWAP_PATIENCE and not budget.stopped and budget.n_iter < budget.max_iter:
+        score = fp.min_dist if fp.w is None else fp.w * fp.min_dist
+        if not float(score.sum()) > 0.0:
+            break  # every point sits on a centre
+        P = fp.X[sample_proportional(score, SWAP_CANDIDATES, generator)]
+        P = fp.captured_means(P)
+        costs = fp.swap_costs(P, second)
+        best = int(torch.argmin(costs))
+        j, b = divmod(best, costs.shape[1])
+        if not float(costs[j, b]) < (1.0 - SWAP_MIN_GAIN) * inertia:
+            failures += 1
+            continue
+        trial = C.clone()
+        trial[j] = P[b].to(C.dtype)
+        fp.forget()
+        records = len(history)
+        trial, converged = lloyd(
+            fp, trial, tol=tol, budget=budget, history=history, verbose=verbose
+        )
+        second_new, inertia_new = fp.two_nearest(trial)
+        if not converged or not inertia_new < (1.0 - SWAP_MIN_GAIN) * inertia:
+            del history[records:]  # the abandoned Lloyd phase
+            second, _ = fp.two_nearest(C)
+            failures += 1
+            if not converged:
+                break
+            continue
+        C, second, inertia = trial, second_new, inertia_new
+        failures = 0
+        swaps += 1
+    if verbose:
+        print(f"swaps={swaps} inertia={inertia:.6g}")
+    fp.forget()
+    return C
+
+
 def solve(
     X: torch.Tensor,
     sample_weight: torch.Tensor | None,
@@ -656,6 +789,16 @@ def solve(
     if C.shape[0] < n_clusters:  # no schedule (constant data): seed the rest, then Lloyd
         C = fp.add_farthest(C, n_clusters - C.shape[0])
     C, converged = lloyd(fp, C, tol=tol, budget=budget, history=history, verbose=verbose)
+    if schedule and converged:
+        C = refine(
+            fp,
+            C,
+            tol=tol,
+            budget=budget,
+            history=history,
+            generator=generator,
+            verbose=verbose,
+        )
     inertia = fp.hard_labels(C)
     return SolverResult(
         centres=C,
