@@ -198,29 +198,28 @@ def _packed_candidates(
     D: torch.Tensor,
     d_min: torch.Tensor,
     candidate: torch.Tensor,
-    soft: torch.Tensor,
+    soft_rows: torch.Tensor,
     counts: torch.Tensor,
     width: int,
     fill: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The soft rows' candidate gaps ``D - d_min`` and columns, packed into ``(r, width)``.
 
-    Cheaper than a ``topk`` of ``width`` or a gather of the soft rows (several times, on
-    the CPU): one pass finds the candidates, one scatter packs them. ``counts``: the
-    candidates of each soft row. Rows with fewer than ``width`` candidates are padded with
-    gap ``fill`` (outside the support: probability exactly 0) on column 0.
+    Cheaper than a ``topk`` of ``width`` or a gather of the soft rows of ``D`` (several
+    times, on the CPU): one pass finds the candidates, one scatter packs them. ``counts``:
+    the candidates of each soft row. Rows with fewer than ``width`` candidates are padded
+    with gap ``fill`` (outside the support: probability exactly 0) on column 0.
     """
-    rows, cols = torch.nonzero(candidate, as_tuple=True)  # row-major order
-    keep = soft[rows]
-    rows, cols = rows[keep], cols[keep]
-    packed_row = (torch.cumsum(soft, dim=0) - 1)[rows]
+    mask = candidate if soft_rows.shape[0] == D.shape[0] else candidate[soft_rows]
+    rows, cols = torch.nonzero(mask, as_tuple=True)  # row-major order
     start = torch.cumsum(counts, dim=0) - counts
-    slot = torch.arange(rows.shape[0], device=D.device) - start[packed_row]
+    slot = torch.arange(rows.shape[0], device=D.device) - start[rows]
     r = counts.shape[0]
     near = torch.zeros((r, width), dtype=torch.long, device=D.device)
-    near[packed_row, slot] = cols
+    near[rows, slot] = cols
+    source = soft_rows[rows]
     near_gap = torch.full((r, width), fill, dtype=D.dtype, device=D.device)
-    near_gap[packed_row, slot] = torch.take(D, rows * D.shape[1] + cols) - d_min[rows]
+    near_gap[rows, slot] = torch.take(D, source * D.shape[1] + cols) - d_min[source]
     return near_gap, near
 
 
@@ -257,7 +256,7 @@ def entmax15_map(
     if width <= k // 4:
         # Narrow supports: the map on the candidate centres is the full-row map.
         near_gap, near = _packed_candidates(
-            D, d_min, candidate, counts > 1, soft_counts, width, -_ENTMAX_FLOOR * sigma
+            D, d_min, candidate, soft_rows, soft_counts, width, -_ENTMAX_FLOOR * sigma
         )
         p_near = entmax15((near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
         spent = (p_near * near_gap).sum(dim=1)
