@@ -39,6 +39,10 @@ ASSIGNMENTS: tuple[str, ...] = ("entmax15", "softmax", "hard")
 #: keeps every value finite at tiny ``sigma`` without changing the result.
 _ENTMAX_FLOOR = -4.0
 
+#: Size of one ``(rows, k)`` temporary when entmax15 runs on whole rows (see
+#: :func:`_entmax15_rows`).
+_ENTMAX_GROUP_BYTES = 256 * 1024
+
 
 @dataclass(frozen=True)
 class SparseResponsibilities:
@@ -223,6 +227,29 @@ def _packed_candidates(
     return near_gap, near
 
 
+def _entmax15_rows(
+    D: torch.Tensor, d_min: torch.Tensor, rows: torch.Tensor, sigma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """entmax15 on whole rows of ``D`` (and each row's ``sum_j p_j (D_j - d_min)``).
+
+    The package's sort-based threshold makes about ten ``(rows, k)`` temporaries (the
+    sorted scores, their indices, two cumulative sums, ...), so rows go through it in
+    groups of ``_ENTMAX_GROUP_BYTES`` per temporary, keeping the peak near that of the
+    distance block itself.
+    """
+    k = D.shape[1]
+    p = D.new_empty((rows.shape[0], k))
+    spent = D.new_empty(rows.shape[0])
+    group = max(1, _ENTMAX_GROUP_BYTES // (D.element_size() * k))
+    for start in range(0, rows.shape[0], group):
+        sub = rows[start : start + group]
+        gap = D[sub] - d_min[sub].unsqueeze(1)
+        q = entmax15((gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
+        p[start : start + group] = q
+        spent[start : start + group] = (q * gap).sum(dim=1)
+    return p, spent
+
+
 def entmax15_map(
     D: torch.Tensor,
     sigma: float,
@@ -263,10 +290,8 @@ def entmax15_map(
         p = D.new_zeros((soft_rows.shape[0], k)).scatter_add_(1, near, p_near)
         packed = (near, p_near)
     else:
-        gap = D[soft_rows] - d_min[soft_rows].unsqueeze(1)
-        p = entmax15((gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
+        p, spent = _entmax15_rows(D, d_min, soft_rows, sigma)
         p_near = p
-        spent = (p * gap).sum(dim=1)
         packed = (None, None)
     tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))
     energy = min_dist.clone()
@@ -274,7 +299,8 @@ def entmax15_map(
     first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
     first[soft_rows] = 0.0
     R = SparseResponsibilities(labels, first, soft_rows, p, k, *packed)
-    n_soft = int((torch.count_nonzero(p_near, dim=1) > 1).sum())
+    # Per-row counts in int32 (count_nonzero with ``dim`` makes an int64 copy of the block).
+    n_soft = int(((p_near > 0).sum(dim=1, dtype=torch.int32) > 1).sum())
     return EStep(R, energy, min_dist, labels, n_soft)
 
 
