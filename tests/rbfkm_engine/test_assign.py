@@ -340,3 +340,17 @@ def test_entmax_storage_is_sparse_when_cold() -> None:
     assert not isinstance(step.responsibilities, torch.Tensor), "cold entmax stored dense"
     csr = to_csr_block(step.responsibilities, 64)
     assert csr.nnz < 2 * 100
+
+
+@pytest.mark.parametrize("sigma", [0.05, 50.0])  # narrow supports (packed) / whole rows
+def test_entmax15_on_many_rows_equals_the_package(sigma: float) -> None:
+    # Blocks larger than one row group of the whole-row path, and the packed path with
+    # rows of different candidate counts: both equal the package's map on full rows.
+    g = torch.Generator().manual_seed(0)
+    D = torch.rand((3000, 64), generator=g, dtype=torch.float64) * 10.0
+    e = entmax15_map(D, sigma)
+    expected = entmax.entmax15(-(D - D.min(dim=1, keepdim=True).values) / sigma, dim=-1)
+    R = e.responsibilities
+    torch.testing.assert_close(R.to_dense(), expected, atol=1e-12, rtol=0)
+    assert R.nnz() == int(torch.count_nonzero(expected))
+    assert e.n_soft == int((torch.count_nonzero(expected, dim=1) > 1).sum())
