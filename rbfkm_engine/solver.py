@@ -469,6 +469,9 @@ class _Budget:
         self.offset = offset
         self.scale = scale
         self.stopped = False
+        # Iterations done when the first Lloyd phase began (progress of the Lloyd phases
+        # after swaps continues from there).
+        self.lloyd_from: int | None = None
 
     def tick(self, sigma: float, objective: float, fraction: float, phase: str) -> None:
         self.n_iter += 1
@@ -652,7 +655,9 @@ def lloyd(
     """Hard iterations until the centres move less than ``tol`` (a K-Means fixed point)."""
     converged = False
     iters = 0
-    room = max(1, budget.max_iter - budget.n_iter)
+    if budget.lloyd_from is None:
+        budget.lloyd_from = budget.n_iter
+    room = max(1, budget.max_iter - budget.lloyd_from)
     last = None
     while not budget.stopped and budget.n_iter < budget.max_iter:
         num, den, last = fp.step(C, 0.0, "hard")
@@ -660,7 +665,8 @@ def lloyd(
         shift = float(((C_new - C) ** 2).sum())
         C = C_new
         iters += 1
-        budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * iters / room, "lloyd")
+        done = (budget.n_iter + 1 - budget.lloyd_from) / room
+        budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * done, "lloyd")
         # Re-seeding an empty cluster moves its centre, so it shows in the shift; where it
         # cannot move (every point coincides with a centre) this is still a fixed point.
         if shift <= tol:

@@ -163,3 +163,14 @@ def test_hard_assignment_is_plain_lloyd() -> None:
     # No swaps for "hard": one Lloyd phase, as scikit-learn's KMeans.
     m = RBFKMeans(20, assignment="hard", random_state=0, device="cpu").fit(uneven_blobs())
     assert len(m.history_) == 1
+
+
+def test_progress_keeps_rising_through_the_swaps() -> None:
+    seen = []
+    m = RBFKMeans(20, random_state=0, device="cpu")
+    m.fit(uneven_blobs(), callback=lambda p: seen.append(p))
+    assert sum(r["sigma"] == 0.0 for r in m.history_) >= 2  # swaps happened
+    fractions = [p.fraction for p in seen]
+    assert all(b >= a for a, b in pairwise(fractions))
+    assert all(0.0 <= f <= 1.0 for f in fractions)
+    assert [p.iteration for p in seen] == list(range(1, m.n_iter_ + 1))
