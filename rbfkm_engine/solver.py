@@ -689,15 +689,16 @@ def refine(
     generator: torch.Generator | None,
     verbose: bool,
 ) -> torch.Tensor:
-    """Swap centres for points while that lowers the inertia; ``C`` is a Lloyd fixed point.
+    """Swap centres while that lowers the inertia; ``C`` is a Lloyd fixed point.
 
-    Each round prices ``SWAP_CANDIDATES`` points drawn by squared distance against every
-    centre (one pass, :func:`~rbfkm_engine.swaps.swap_costs`); the best swap, when it
-    lowers the inertia by more than ``SWAP_MIN_GAIN``, is followed by Lloyd to a new fixed
-    point (its iterations count in ``max_iter``, and one record per swap is added to the
-    history). The search stops after ``SWAP_PATIENCE`` rounds in a row without one, or when
-    the iterations run out; a swap whose Lloyd phase cannot finish is undone, so the
-    result is always a converged fixed point no worse than ``C``.
+    Each round draws ``SWAP_CANDIDATES`` points by squared distance, moves each to the mean
+    of the points it would take (:meth:`FixedPointIteration.captured_means`) and prices it
+    against every centre (one pass, :func:`~rbfkm_engine.swaps.swap_costs`). The best
+    swap, when it lowers the inertia by more than ``SWAP_MIN_GAIN``, is followed by Lloyd
+    to a new fixed point (its iterations count in ``max_iter``, and one record per swap is
+    added to the history). The search stops after ``SWAP_PATIENCE`` rounds in a row without
+    one, or when the iterations run out; a swap whose Lloyd phase cannot finish is undone,
+    so the result is always a converged fixed point no worse than ``C``.
     """
     if fp.k < 2:
         return C

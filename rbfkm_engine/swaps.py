@@ -1,12 +1,14 @@
-"""Centre swaps: replace one centre by a data point when that lowers the inertia.
+"""Centre swaps: replace one centre by a better-placed one when that lowers the inertia.
 
 Lloyd's fixed points include poor ones where one region holds a centre too many and
 another a centre too few: no Lloyd step moves a centre across. A swap does. Following the
 local search of Lattanzi and Sohler (2019, "A better k-means++ algorithm via local
-search"), candidate points ``p`` are drawn with probability proportional to
-``w_i d1_i`` (``d1_i``: squared distance to the nearest centre). The inertia after
-replacing centre ``j`` by ``p``, before any re-centring, is exact from the two nearest
-squared distances ``d1_i <= d2_i`` and the label ``l_i`` of every point:
+search"), candidate points are drawn with probability proportional to ``w_i d1_i``
+(``d1_i``: squared distance to the nearest centre); the solver moves each to the mean of
+the points it would take (:meth:`~rbfkm_engine.solver.FixedPointIteration.captured_means`).
+The inertia after replacing centre ``j`` by a candidate ``p``, before any re-centring, is
+exact from the two nearest squared distances ``d1_i <= d2_i`` and the label ``l_i`` of
+every point:
 
 .. math::
 
