@@ -34,7 +34,7 @@ SOFT_FRACTION_STOP = 1e-3
 #: Share of ``max_iter`` kept for the final Lloyd phase.
 LLOYD_SHARE = 0.2
 #: A new twin is displaced by this fraction of its cluster's rms radius ...
-PERTURB = 1e-2
+PERTURB = 3e-2
 #: ... and becomes a centre once the pair is this fraction of the radius apart.
 SPLIT = 1e-1
 #: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
@@ -599,7 +599,17 @@ def anneal(
                 chosen = splitting[order[: k - m]]
                 C = torch.cat([C, twins[chosen]])
                 radius2 = torch.cat([radius2, radius2[chosen]])
-                twins = None if C.shape[0] >= k else new_twins(C, radius2)
+                if C.shape[0] >= k:
+                    twins = None
+                else:
+                    # Pairs still on their way apart keep their twins (starting them again
+                    # would delay their split by several temperatures); the two halves of
+                    # each split get new ones.
+                    fresh = new_twins(C, radius2)
+                    keep = torch.zeros(C.shape[0], dtype=torch.bool, device=C.device)
+                    keep[:m] = True
+                    keep[chosen] = False
+                    twins = torch.where(keep.unsqueeze(1), torch.cat([twins, fresh[m:]]), fresh)
             else:
                 # Twins still moving apart keep going; collapsed ones are displaced again.
                 collapsed = sep2 < PERTURB**2 * radius2
