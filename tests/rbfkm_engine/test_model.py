@@ -414,6 +414,18 @@ def test_auto_sigma0_starts_above_critical_temperature(blobs: Dataset) -> None:
     assert m.history_[0]["sigma"] >= 2.0 * lam * 0.999
 
 
+def test_auto_sigma0_for_entmax15_counts_the_coincident_centres(blobs: Dataset) -> None:
+    # Grown fits start from a centre and its twin (2 coincident centres); from an init
+    # array all k centres anneal at once: 1.1 x 2 sqrt(m) lambda_max either way.
+    lam = np.linalg.eigvalsh(np.cov(blobs.X.T, bias=True)).max()
+    grown = model(n_clusters=blobs.k, assignment="entmax15").fit(blobs.X)
+    assert grown.history_[0]["sigma"] == pytest.approx(1.1 * 2.0 * np.sqrt(2) * lam, rel=1e-4)
+    init = blobs.X[: blobs.k]
+    given = model(n_clusters=blobs.k, assignment="entmax15", init=init).fit(blobs.X)
+    expected = 1.1 * 2.0 * np.sqrt(blobs.k) * lam
+    assert given.history_[0]["sigma"] == pytest.approx(expected, rel=1e-4)
+
+
 def test_max_iter_bounds_total_iterations(blobs: Dataset) -> None:
     m = model(n_clusters=blobs.k, assignment="softmax", max_iter=7).fit(blobs.X)
     assert m.n_iter_ <= 7
