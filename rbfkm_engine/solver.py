@@ -149,12 +149,8 @@ class FixedPointIteration:
             e = responsibilities(D, sigma, assignment, row_offset=x_sq, hint=hint_for(rows))
             self.min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
-            if wc is None:
-                objective += e.energy.sum(dtype=torch.float64)
-                inertia += e.min_dist.sum(dtype=torch.float64)
-            else:
-                objective += (wc * e.energy).sum(dtype=torch.float64)
-                inertia += (wc * e.min_dist).sum(dtype=torch.float64)
+            objective += _weighted_sum(e.energy, wc)
+            inertia += _weighted_sum(e.min_dist, wc)
             R = e.responsibilities
             nnz += _count_nonzeros(R, twins_from)
             n_soft += e.n_soft
@@ -196,7 +192,7 @@ class FixedPointIteration:
             old = self.labels[rows] if hints else None
             _, min_dist, labels = nearest(D, self.x_sq[rows], old)
             self.min_dist[rows] = min_dist
-            inertia += (min_dist if wc is None else wc * min_dist).sum(dtype=torch.float64)
+            inertia += _weighted_sum(min_dist, wc)
             if incremental:
                 moved = torch.nonzero(labels != old).squeeze(1)
                 if moved.numel():
@@ -291,8 +287,7 @@ class FixedPointIteration:
             min_dist, labels = D.min(dim=1)
             self.min_dist[rows] = min_dist
             self.labels[rows] = labels
-            wc = None if self.w is None else self.w[rows]
-            inertia += (min_dist if wc is None else wc * min_dist).sum(dtype=torch.float64)
+            inertia += _weighted_sum(min_dist, None if self.w is None else self.w[rows])
         return float(inertia)
 
     def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -308,11 +303,8 @@ class FixedPointIteration:
             self.min_dist[rows] = values[:, 0]
             second[rows] = values[:, 1]
             self.labels[rows] = labels[:, 0]
-            wc = None if self.w is None else self.w[rows]
-            nearest = values[:, 0] if wc is None else wc * values[:, 0]
-            inertia += nearest.sum(dtype=torch.float64)
-        self._labels_for = 0
-        self._hard_sums = None
+            inertia += _weighted_sum(values[:, 0], None if self.w is None else self.w[rows])
+        self.forget()
         return second, float(inertia)
 
     def captured_means(self, P: torch.Tensor) -> torch.Tensor:
@@ -348,6 +340,11 @@ class FixedPointIteration:
             base += b
             delta += d
         return delta + base.unsqueeze(0)
+
+
+def _weighted_sum(values: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """``sum_i w_i v_i`` (``w = 1`` when ``None``) accumulated in float64."""
+    return (values if weights is None else weights * values).sum(dtype=torch.float64)
 
 
 def _padded_for_row_reductions(C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
