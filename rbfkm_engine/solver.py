@@ -27,7 +27,7 @@ import torch
 from .assign import EStep, SparseResponsibilities, nearest, responsibilities
 from .distances import iter_chunks, squared_distances, squared_norms
 from .init import sample_proportional
-from .swaps import SWAP_CANDIDATES, SWAP_MIN_GAIN, SWAP_PATIENCE, swap_costs
+from .swaps import SWAP_CANDIDATES, SWAP_MIN_GAIN, SWAP_PATIENCE, SWAP_TRIALS, swap_costs
 
 #: Annealing hands over to Lloyd once at most this fraction of the points is still soft.
 SOFT_FRACTION_STOP = 1e-3
@@ -51,7 +51,7 @@ class FitProgress:
     iteration: int  # iterations so far, all temperatures together
     objective: float  # J_sigma at the centres the iteration started from
     fraction: float  # estimate of the share of the fit done, in [0, 1]
-    phase: str  # "anneal" or "lloyd"
+    phase: str  # "anneal", "lloyd", or "swap" (the Lloyd phase after a swap)
 
 
 Callback = Callable[[FitProgress], "bool | None"]
@@ -658,6 +658,7 @@ def lloyd(
     budget: _Budget,
     history: list[dict[str, float]],
     verbose: bool,
+    phase: str = "lloyd",
 ) -> tuple[torch.Tensor, bool]:
     """Hard iterations until the centres move less than ``tol`` (a K-Means fixed point)."""
     converged = False
@@ -673,7 +674,7 @@ def lloyd(
         C = C_new
         iters += 1
         done = (budget.n_iter + 1 - budget.lloyd_from) / room
-        budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * done, "lloyd")
+        budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * done, phase)
         # Re-seeding an empty cluster moves its centre, so it shows in the shift; where it
         # cannot move (every point coincides with a centre) this is still a fixed point.
         if shift <= tol:
@@ -703,8 +704,11 @@ def refine(
     against every centre (one pass, :func:`~rbfkm_engine.swaps.swap_costs`). The best
     swap, when it lowers the inertia by more than ``SWAP_MIN_GAIN``, is followed by Lloyd
     to a new fixed point (its iterations count in ``max_iter``, and one record per swap is
-    added to the history). The search stops after ``SWAP_PATIENCE`` rounds in a row without
-    one, or when the iterations run out; a swap whose Lloyd phase cannot finish is undone,
+    added to the history). The first ``SWAP_TRIALS`` best swaps that do not pay at once
+    are tried all the same: a centre that leaves a region split in two often pays only
+    after Lloyd has re-centred the others, and such a trial is kept only if its fixed point
+    is better. The search stops after ``SWAP_PATIENCE`` rounds in a row without a kept
+    swap, or when the iterations run out; a swap whose Lloyd phase cannot finish is undone,
     so the result is always a converged fixed point no worse than ``C``.
     """
     if fp.k < 2:
@@ -712,6 +716,7 @@ def refine(
     second, inertia = fp.two_nearest(C)
     failures = 0
     swaps = 0
+    trials = SWAP_TRIALS
     while failures < SWAP_PATIENCE and not budget.stopped and budget.n_iter < budget.max_iter:
         score = fp.min_dist if fp.w is None else fp.w * fp.min_dist
         if not float(score.sum()) > 0.0:
@@ -722,14 +727,16 @@ def refine(
         best = int(torch.argmin(costs))
         j, b = divmod(best, costs.shape[1])
         if not float(costs[j, b]) < (1.0 - SWAP_MIN_GAIN) * inertia:
-            failures += 1
-            continue
+            if trials <= 0:
+                failures += 1
+                continue
+            trials -= 1
         trial = C.clone()
         trial[j] = P[b].to(C.dtype)
         fp.forget()
         records = len(history)
         trial, converged = lloyd(
-            fp, trial, tol=tol, budget=budget, history=history, verbose=verbose
+            fp, trial, tol=tol, budget=budget, history=history, verbose=verbose, phase="swap"
         )
         second_new, inertia_new = fp.two_nearest(trial)
         if not converged or not inertia_new < (1.0 - SWAP_MIN_GAIN) * inertia:

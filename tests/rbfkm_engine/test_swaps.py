@@ -174,3 +174,27 @@ def test_progress_keeps_rising_through_the_swaps() -> None:
     assert all(b >= a for a, b in pairwise(fractions))
     assert all(0.0 <= f <= 1.0 for f in fractions)
     assert [p.iteration for p in seen] == list(range(1, m.n_iter_ + 1))
+    assert seen[-1].phase == "swap"
+
+
+def test_trial_swaps_escape_fixed_points_no_single_swap_improves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On digits, seed 4 anneals to a fixed point about 1% above the best one found, and no
+    # swap lowers its inertia before Lloyd re-centres the rest; the trials (swap, then
+    # Lloyd, kept only if better) reach a lower fixed point.
+    from sklearn.datasets import load_digits
+
+    import rbfkm_engine.solver as solver
+
+    X = load_digits().data
+    fits = {}
+    for trials in (0, solver.SWAP_TRIALS):
+        monkeypatch.setattr(solver, "SWAP_TRIALS", trials)
+        m = RBFKMeans(10, random_state=4, device="cpu", dtype="float64").fit(X)
+        np.testing.assert_array_equal(m.labels_, m.predict(X))
+        fits[trials] = m
+    without, with_trials = fits[0], fits[solver.SWAP_TRIALS]
+    assert solver.SWAP_TRIALS > 0
+    assert with_trials.inertia_ < (1.0 - 1e-3) * without.inertia_
+    assert with_trials.n_iter_ > without.n_iter_  # the trials' Lloyd phases count
