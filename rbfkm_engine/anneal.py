@@ -28,8 +28,16 @@ import torch
 
 from .distances import iter_chunks
 
-#: Rows per block when accumulating statistics in float64.
-_STAT_ROWS = 16_384
+#: Size of one float64 block of rows when accumulating statistics (a few rows at most
+#: in very many dimensions): the blocks stay within the solver's chunk buffers.
+_STAT_BLOCK_BYTES = 256 * 1024
+
+
+def _stat_rows(n_features: int) -> int:
+    """Rows per float64 statistics block of ``_STAT_BLOCK_BYTES``."""
+    return max(1, _STAT_BLOCK_BYTES // (8 * max(n_features, 1)))
+
+
 #: ``sigma0="auto"`` starts this far above the critical temperature.
 SIGMA0_MARGIN = 1.1
 #: ``sigma_min="auto"`` is this fraction of the softmax critical temperature.
@@ -39,7 +47,7 @@ SIGMA_MIN_RATIO = 1e-4
 def weighted_mean(X: torch.Tensor, sample_weight: torch.Tensor | None = None) -> torch.Tensor:
     """The weighted mean in float64, accumulated by blocks (no float64 copy of ``X``)."""
     total = torch.zeros(X.shape[1], dtype=torch.float64, device=X.device)
-    for rows in iter_chunks(X.shape[0], _STAT_ROWS):
+    for rows in iter_chunks(X.shape[0], _stat_rows(X.shape[1])):
         block = X[rows].double()
         if sample_weight is None:
             total += block.sum(dim=0)
@@ -61,8 +69,8 @@ def weighted_covariance(
     if mean is None:
         mean = weighted_mean(X, sample_weight)
     cov = torch.zeros((X.shape[1], X.shape[1]), dtype=torch.float64, device=X.device)
-    for rows in iter_chunks(X.shape[0], _STAT_ROWS):
-        block = X[rows].double() - mean
+    for rows in iter_chunks(X.shape[0], _stat_rows(X.shape[1])):
+        block = X[rows].to(torch.float64, copy=True).sub_(mean)
         if sample_weight is None:
             cov.addmm_(block.T, block)
         else:

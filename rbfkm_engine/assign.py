@@ -39,6 +39,10 @@ ASSIGNMENTS: tuple[str, ...] = ("entmax15", "softmax", "hard")
 #: keeps every value finite at tiny ``sigma`` without changing the result.
 _ENTMAX_FLOOR = -4.0
 
+#: :func:`nearest` gathers the changed rows for their ``argmin`` while they are at most
+#: ``1 / _GATHER_SHARE`` of the block.
+_GATHER_SHARE = 8
+
 #: Size of one ``(rows, k)`` temporary when entmax15 runs on whole rows (see
 #: :func:`_entmax15_rows`).
 _ENTMAX_GROUP_BYTES = 256 * 1024
@@ -146,17 +150,22 @@ def nearest(
     ``hint``: a previous label per row (the last iteration's). Arg-reductions are several
     times slower than value reductions on the CPU, and between fixed-point iterations few
     labels change, so only rows where the hinted centre is no longer the nearest get an
-    ``argmin``; ties keep the hint.
+    ``argmin``; ties keep the hint. When many rows changed, the ``argmin`` runs over the
+    whole block instead of a gathered copy of those rows.
     """
     if hint is None:
         d_min, labels = D.min(dim=1)
     else:
         d_min = D.amin(dim=1)
         at_hint = D.gather(1, hint.unsqueeze(1)).squeeze(1)
-        changed = torch.nonzero(at_hint > d_min).squeeze(1)
-        labels = hint.clone()
-        if changed.numel():
-            labels[changed] = D[changed].argmin(dim=1)
+        moved = at_hint > d_min
+        changed = torch.nonzero(moved).squeeze(1)
+        if changed.shape[0] * _GATHER_SHARE > D.shape[0]:
+            labels = torch.where(moved, D.argmin(dim=1), hint)
+        else:
+            labels = hint.clone()
+            if changed.numel():
+                labels[changed] = D[changed].argmin(dim=1)
     true_min = d_min if row_offset is None else (d_min + row_offset).clamp_min_(0.0)
     return d_min, true_min, labels
 
@@ -185,14 +194,17 @@ def softmax_map(
     """Gaussian RBF responsibilities ``softmax(-D / sigma)``, computed stably.
 
     The row minimum is subtracted before dividing, so the largest score is exactly 0 and
-    nothing overflows however small ``sigma`` is; the largest responsibility is then
-    ``exp(-logsumexp)``, which counts the soft rows for free.
+    nothing overflows however small ``sigma`` is: ``exp`` of the scores lies in ``(0, 1]``
+    and their row sum ``s`` in ``[1, k]``, so ``R = exp(z) / s`` and ``logsumexp = log s``
+    are stable without ``logsumexp``'s own ``(rows, k)`` temporary. The largest
+    responsibility is ``1 / s``, which counts the soft rows for free.
     """
     D = _working_dtype(D)
     d_min, min_dist, labels = nearest(D, row_offset, hint)
-    logits = (D - d_min.unsqueeze(1)).div_(-sigma)
-    lse = torch.logsumexp(logits, dim=1)
-    R = logits.sub_(lse.unsqueeze(1)).exp_()
+    R = (D - d_min.unsqueeze(1)).div_(-sigma).exp_()
+    total = R.sum(dim=1)
+    R.div_(total.unsqueeze(1))
+    lse = total.log()
     energy = min_dist - sigma * lse
     n_soft = int((lse > 1e-6).sum())
     return EStep(R, energy, min_dist, labels, n_soft)
@@ -227,27 +239,65 @@ def _packed_candidates(
     return near_gap, near
 
 
+def _group_rows(k: int, itemsize: int = 4) -> int:
+    """Rows per group so that one ``(rows, k)`` temporary takes ``_ENTMAX_GROUP_BYTES``."""
+    return max(1, _ENTMAX_GROUP_BYTES // (itemsize * max(k, 1)))
+
+
+def _count_per_row(mask: torch.Tensor) -> torch.Tensor:
+    """``mask.sum(dim=1)`` in int32, by groups of rows.
+
+    A reduction over a bool block first casts the whole block to the result's integer
+    type; by groups, that copy stays small.
+    """
+    counts = torch.empty(mask.shape[0], dtype=torch.int32, device=mask.device)
+    group = _group_rows(mask.shape[1])
+    for start in range(0, mask.shape[0], group):
+        torch.sum(
+            mask[start : start + group], dim=1, dtype=torch.int32, out=counts[start : start + group]
+        )
+    return counts
+
+
+@dataclass(frozen=True)
+class _RowMaps:
+    """entmax15 of whole rows, with the per-row sums the energy and statistics need."""
+
+    p: torch.Tensor  # (r, k)
+    spent: torch.Tensor  # (r,) sum_j p_j (D_j - d_min)
+    tsallis: torch.Tensor  # (r,) (4/3) (1 - sum_j p_j^{3/2})
+    support: torch.Tensor  # (r,) int32, nonzeros
+
+
 def _entmax15_rows(
     D: torch.Tensor, d_min: torch.Tensor, rows: torch.Tensor, sigma: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """entmax15 on whole rows of ``D`` (and each row's ``sum_j p_j (D_j - d_min)``).
+) -> _RowMaps:
+    """entmax15 on whole rows of ``D``, with their energy terms and support sizes.
 
     The package's sort-based threshold makes about ten ``(rows, k)`` temporaries (the
     sorted scores, their indices, two cumulative sums, ...), so rows go through it in
-    groups of ``_ENTMAX_GROUP_BYTES`` per temporary, keeping the peak near that of the
-    distance block itself.
+    groups of ``_ENTMAX_GROUP_BYTES`` per temporary, and so do the per-row sums, keeping
+    the peak near that of the distance block itself.
     """
     k = D.shape[1]
-    p = D.new_empty((rows.shape[0], k))
-    spent = D.new_empty(rows.shape[0])
-    group = max(1, _ENTMAX_GROUP_BYTES // (D.element_size() * k))
-    for start in range(0, rows.shape[0], group):
-        sub = rows[start : start + group]
+    r = rows.shape[0]
+    out = _RowMaps(
+        p=D.new_empty((r, k)),
+        spent=D.new_empty(r),
+        tsallis=D.new_empty(r),
+        support=torch.empty(r, dtype=torch.int32, device=D.device),
+    )
+    group = _group_rows(k, D.element_size())
+    for start in range(0, r, group):
+        part = slice(start, start + group)
+        sub = rows[part]
         gap = D[sub] - d_min[sub].unsqueeze(1)
         q = entmax15((gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
-        p[start : start + group] = q
-        spent[start : start + group] = (q * gap).sum(dim=1)
-    return p, spent
+        out.p[part] = q
+        out.spent[part] = (q * gap).sum(dim=1)
+        out.tsallis[part] = (4.0 / 3.0) * (1.0 - q.pow(1.5).sum(dim=1))
+        out.support[part] = (q > 0).sum(dim=1, dtype=torch.int32)
+    return out
 
 
 def entmax15_map(
@@ -272,8 +322,7 @@ def entmax15_map(
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
     candidate = D < (d_min + 2.0 * sigma).unsqueeze(1)
-    # A bool reduction with an int32 result: count_nonzero casts the block to int64 first.
-    counts = candidate.sum(dim=1, dtype=torch.int32)
+    counts = _count_per_row(candidate)
     soft_rows = torch.nonzero(counts > 1).squeeze(1)
     if soft_rows.numel() == 0:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
@@ -289,19 +338,18 @@ def entmax15_map(
         spent = (p_near * near_gap).sum(dim=1)
         p = D.new_zeros((soft_rows.shape[0], k)).scatter_add_(1, near, p_near)
         packed = (near, p_near)
+        tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))
+        support = (p_near > 0).sum(dim=1, dtype=torch.int32)
     else:
-        p, spent = _entmax15_rows(D, d_min, soft_rows, sigma)
-        p_near = p
+        rows_map = _entmax15_rows(D, d_min, soft_rows, sigma)
+        p, spent, tsallis, support = rows_map.p, rows_map.spent, rows_map.tsallis, rows_map.support
         packed = (None, None)
-    tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))
     energy = min_dist.clone()
     energy[soft_rows] += spent - sigma * tsallis
     first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
     first[soft_rows] = 0.0
     R = SparseResponsibilities(labels, first, soft_rows, p, k, *packed)
-    # Per-row counts in int32 (count_nonzero with ``dim`` makes an int64 copy of the block).
-    n_soft = int(((p_near > 0).sum(dim=1, dtype=torch.int32) > 1).sum())
-    return EStep(R, energy, min_dist, labels, n_soft)
+    return EStep(R, energy, min_dist, labels, int((support > 1).sum()))
 
 
 def responsibilities(

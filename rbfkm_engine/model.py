@@ -229,7 +229,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if X.shape[0] == 0 or X.shape[1] == 0:
                 raise ValueError(f"X must be non-empty, got shape {tuple(X.shape)}")
             out_dtype = np.dtype("float64") if X.dtype == torch.float64 else np.dtype("float32")
-            if not bool(torch.isfinite(X).all()):
+            # The sum is finite unless some value is not (or the values are huge): only
+            # then is the elementwise check, with its (n, d) mask, needed.
+            total = float(X.sum(dtype=torch.float64))
+            if not math.isfinite(total) and not bool(torch.isfinite(X).all()):
                 raise ValueError("Input X contains NaN or infinity; clean or impute it first.")
             if reset:
                 self.n_features_in_ = int(X.shape[1])
@@ -385,7 +388,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # Centre the data, as scikit-learn does: far from the origin the GEMM form of the
         # distances loses every digit to ||x||^2 in float32.
         mean = weighted_mean(Xt, w)
-        Xt = Xt - mean.to(Xt.dtype)
+        Xt = _centred(Xt, X, mean)
         x_sq = squared_norms(Xt)
         # Mean per-feature variance: trace of the covariance / d, from the centred norms.
         total = x_sq.sum(dtype=torch.float64) if w is None else (w.double() * x_sq).sum()
@@ -512,7 +515,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64))
             C = (C.to(Xt.device) - mean).to(wide)
-        return (Xt.to(wide) - mean.to(wide)), C, out_dtype
+        return _centred(Xt.to(wide), X, mean), C, out_dtype
 
     def _inference_dtype(self, input_dtype: np.dtype) -> torch.dtype:
         """The wider of the fit's precision and the input's."""
@@ -575,3 +578,30 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Minus the (weighted) inertia of ``X`` against the fitted centres."""
         return -self._labels_inertia(X, sample_weight)[1]
+
+
+def _centred(Xt: torch.Tensor, source: Any, mean: torch.Tensor) -> torch.Tensor:
+    """``Xt - mean``, in place when ``Xt`` is a copy made here and not the caller's data.
+
+    Converting the input (another dtype or device, a list, a strided array) already copied
+    it; centring that copy in place keeps fit's memory at one copy of ``X``.
+    """
+    mean = mean.to(Xt.dtype)
+    if _may_share_memory(Xt, source):
+        return Xt - mean
+    return Xt.sub_(mean)
+
+
+def _may_share_memory(Xt: torch.Tensor, source: Any) -> bool:
+    """Whether ``Xt`` may be (a view of) the caller's ``source`` (conservative)."""
+    if isinstance(source, torch.Tensor):
+        if source.device != Xt.device:
+            return False
+        own = source.untyped_storage()
+        start, size = own.data_ptr(), own.nbytes()
+        ptr = Xt.untyped_storage().data_ptr()
+        return start <= ptr < start + max(size, 1)
+    if isinstance(source, np.ndarray):
+        return Xt.device.type == "cpu" and bool(np.may_share_memory(source, Xt.numpy()))
+    # Lists are always copied; other containers (data frames, ...) may hand out views.
+    return not isinstance(source, list | tuple)

@@ -106,6 +106,30 @@ class FixedPointIteration:
         # Lloyd's sums (R^T W X, R^T w) for ``labels``, in float64, kept between hard passes.
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
+        # One distance block, reused by every pass (see ``_distances``).
+        self._workspace = torch.empty(0, dtype=X.dtype, device=X.device)
+
+    def _distances(
+        self, rows: slice, C: torch.Tensor, c_sq: torch.Tensor, with_norms: bool = False
+    ) -> torch.Tensor:
+        """``c_sq - 2 X[rows] C^T`` (the block without ``||x||^2``) in the reused workspace;
+        with ``with_norms``, the true squared distances (``||x||^2`` added, clamped at 0).
+
+        Every pass makes one such block per chunk; allocating a fresh one each time
+        fragments the C heap (glibc keeps freed blocks of this size mapped once its mmap
+        threshold has risen to them) until the process holds several times the block.
+        Nothing keeps a block past its chunk, so one buffer serves them all.
+        """
+        m, width = rows.stop - rows.start, C.shape[0]
+        if self._workspace.numel() < m * width:
+            self._workspace = torch.empty(
+                min(self.chunk_size, self.X.shape[0]) * width, dtype=C.dtype, device=C.device
+            )
+        out = self._workspace[: m * width].view(m, width)
+        torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=out)
+        if with_norms:
+            out.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
+        return out
 
     def step(
         self,
@@ -145,7 +169,7 @@ class FixedPointIteration:
             Xc = X[rows]
             wc = None if w is None else w[rows]
             x_sq = self.x_sq[rows]
-            D = torch.addmm(c_sq, Xc, C.T, alpha=-2.0)
+            D = self._distances(rows, C, c_sq)
             e = responsibilities(D, sigma, assignment, row_offset=x_sq, hint=hint_for(rows))
             self.min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
@@ -188,7 +212,7 @@ class FixedPointIteration:
         for rows in iter_chunks(X.shape[0], self.chunk_size):
             Xc = X[rows]
             wc = None if w is None else w[rows]
-            D = torch.addmm(c_sq, Xc, C_gemm.T, alpha=-2.0)
+            D = self._distances(rows, C_gemm, c_sq)
             old = self.labels[rows] if hints else None
             _, min_dist, labels = nearest(D, self.x_sq[rows], old)
             self.min_dist[rows] = min_dist
@@ -283,8 +307,7 @@ class FixedPointIteration:
         c_sq = squared_norms(C)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            D = squared_distances(self.X[rows], C, self.x_sq[rows], c_sq)
-            min_dist, labels = D.min(dim=1)
+            min_dist, labels = self._distances(rows, C, c_sq, with_norms=True).min(dim=1)
             self.min_dist[rows] = min_dist
             self.labels[rows] = labels
             inertia += _weighted_sum(min_dist, None if self.w is None else self.w[rows])
@@ -297,7 +320,7 @@ class FixedPointIteration:
         second = torch.empty_like(self.min_dist)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            D = torch.addmm(c_sq, self.X[rows], C_gemm.T, alpha=-2.0)
+            D = self._distances(rows, C_gemm, c_sq)
             values, labels = torch.topk(D, 2, dim=1, largest=False)
             values.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
             self.min_dist[rows] = values[:, 0]
@@ -319,7 +342,7 @@ class FixedPointIteration:
         num = torch.zeros_like(P)
         den = torch.zeros(P.shape[0], dtype=P.dtype, device=P.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            dp = squared_distances(self.X[rows], P, self.x_sq[rows], p_sq)
+            dp = self._distances(rows, P, p_sq, with_norms=True)
             taken = (dp < self.min_dist[rows].unsqueeze(1)).to(P.dtype)
             if self.w is not None:
                 taken.mul_(self.w[rows].unsqueeze(1))
@@ -334,7 +357,7 @@ class FixedPointIteration:
         base = torch.zeros(P.shape[0], dtype=torch.float64, device=P.device)
         delta = torch.zeros((self.k, P.shape[0]), dtype=torch.float64, device=P.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            dp = squared_distances(self.X[rows], P, self.x_sq[rows], p_sq)
+            dp = self._distances(rows, P, p_sq, with_norms=True)
             wc = None if self.w is None else self.w[rows]
             b, d = swap_costs(self.min_dist[rows], second[rows], self.labels[rows], wc, dp, self.k)
             base += b

@@ -16,6 +16,7 @@ from rbfkm_engine.anneal import (
     geometric_schedule,
     largest_eigenvalue,
     weighted_covariance,
+    weighted_mean,
 )
 from rbfkm_engine.assign import responsibilities
 
@@ -65,6 +66,19 @@ def test_weighted_covariance_matches_numpy() -> None:
     X32 = (X + 1e4).float()
     np.testing.assert_allclose(
         weighted_covariance(X32).numpy(), np.cov(X32.double().numpy().T, bias=True), rtol=1e-6
+    )
+
+
+def test_statistics_over_many_blocks_match_numpy() -> None:
+    # Many rows and features: the float64 statistics run over several row blocks.
+    rng = np.random.default_rng(3)
+    X = torch.from_numpy(rng.normal(5.0, 2.0, (6000, 40)))
+    w = torch.from_numpy(rng.uniform(0.0, 2.0, 6000))
+    np.testing.assert_allclose(weighted_mean(X, w).numpy(), np.average(X, 0, w.numpy()))
+    np.testing.assert_allclose(
+        weighted_covariance(X, w).numpy(),
+        np.cov(X.numpy().T, aweights=w.numpy(), bias=True),
+        rtol=1e-10,
     )
 
 

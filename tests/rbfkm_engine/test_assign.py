@@ -16,6 +16,7 @@ from rbfkm_engine.assign import (
     EStep,
     entmax15_map,
     hard_map,
+    nearest,
     responsibilities,
     softmax_map,
     to_csr_block,
@@ -89,6 +90,23 @@ def test_hard_map_is_one_hot_argmin() -> None:
     torch.testing.assert_close(step.labels, torch.tensor([1, 0, 2]))
     torch.testing.assert_close(step.energy, torch.tensor([1.0, 0.0, 7.0]))
     assert step.n_soft == 0
+
+
+@pytest.mark.parametrize("moved_share", (0.0, 0.05, 0.5, 1.0))
+def test_nearest_with_hints_equals_argmin_and_keeps_tied_hints(moved_share: float) -> None:
+    # Few moved rows take the gathered argmin, many take the whole-block one.
+    g = torch.Generator().manual_seed(1)
+    D = torch.rand((400, 16), generator=g, dtype=torch.float64)
+    _, expected = D.min(dim=1)
+    hint = expected.clone()
+    moved = torch.rand(400, generator=g) < moved_share
+    hint[moved] = (expected[moved] + 1) % 16
+    D[0, 3] = D[0, 7] = -1.0  # a tie: the hinted centre stays
+    hint[0], expected[0] = 7, 7
+    d_min, true_min, labels = nearest(D, torch.ones(400, dtype=D.dtype), hint)
+    torch.testing.assert_close(d_min, D.amin(dim=1))
+    torch.testing.assert_close(true_min, (D.amin(dim=1) + 1.0).clamp_min(0.0))
+    torch.testing.assert_close(labels, expected)
 
 
 @pytest.mark.parametrize("sigma", (0.0, -1.0))

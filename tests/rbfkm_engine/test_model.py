@@ -192,6 +192,23 @@ def test_accepts_torch_tensor_and_list(blobs: Dataset) -> None:
     np.testing.assert_array_equal(ref.predict(torch.from_numpy(blobs.X)), ref.labels_)
 
 
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+@pytest.mark.parametrize("as_tensor", (False, True))
+def test_fit_and_predict_leave_the_input_unchanged(
+    dtype: str, as_tensor: bool, blobs: Dataset
+) -> None:
+    """Centring works on a copy: in place only when the conversion already made one."""
+    X = (blobs.X + 50.0).astype(np.float32)
+    expected = X.copy()
+    given = torch.from_numpy(X) if as_tensor else X
+    m = model(n_clusters=blobs.k, dtype=dtype).fit(given)
+    m.predict(given)
+    m.transform(given)
+    np.testing.assert_array_equal(X, expected)
+    converted = model(n_clusters=blobs.k, dtype=dtype).fit(X.astype(np.float64))
+    np.testing.assert_allclose(converted.cluster_centers_, m.cluster_centers_, rtol=1e-4)
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 @pytest.mark.parametrize("sigma", (0.05, 0.5, 5.0))
 @pytest.mark.parametrize("weighted", (False, True))
