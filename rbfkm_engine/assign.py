@@ -190,6 +190,7 @@ def softmax_map(
     sigma: float,
     row_offset: torch.Tensor | None = None,
     hint: torch.Tensor | None = None,
+    overwrite: bool = False,
 ) -> EStep:
     """Gaussian RBF responsibilities ``softmax(-D / sigma)``, computed stably.
 
@@ -197,11 +198,13 @@ def softmax_map(
     nothing overflows however small ``sigma`` is: ``exp`` of the scores lies in ``(0, 1]``
     and their row sum ``s`` in ``[1, k]``, so ``R = exp(z) / s`` and ``logsumexp = log s``
     are stable without ``logsumexp``'s own ``(rows, k)`` temporary. The largest
-    responsibility is ``1 / s``, which counts the soft rows for free.
+    responsibility is ``1 / s``, which counts the soft rows for free. ``overwrite``: the
+    responsibilities may take ``D``'s storage.
     """
     D = _working_dtype(D)
     d_min, min_dist, labels = nearest(D, row_offset, hint)
-    R = (D - d_min.unsqueeze(1)).div_(-sigma).exp_()
+    R = D.sub_(d_min.unsqueeze(1)) if overwrite else D - d_min.unsqueeze(1)
+    R.div_(-sigma).exp_()
     total = R.sum(dim=1)
     R.div_(total.unsqueeze(1))
     lse = total.log()
@@ -270,19 +273,21 @@ class _RowMaps:
 
 
 def _entmax15_rows(
-    D: torch.Tensor, d_min: torch.Tensor, rows: torch.Tensor, sigma: float
+    D: torch.Tensor, d_min: torch.Tensor, rows: torch.Tensor, sigma: float, overwrite: bool
 ) -> _RowMaps:
     """entmax15 on whole rows of ``D``, with their energy terms and support sizes.
 
     The package's sort-based threshold makes about ten ``(rows, k)`` temporaries (the
     sorted scores, their indices, two cumulative sums, ...), so rows go through it in
     groups of ``_ENTMAX_GROUP_BYTES`` per temporary, and so do the per-row sums, keeping
-    the peak near that of the distance block itself.
+    the peak near that of the distance block itself. With ``overwrite``, row ``r`` of the
+    result goes into row ``r`` of ``D``: ``rows`` is ascending, so ``r <= rows[r]`` and a
+    row of ``D`` is only written once the groups that read it are done.
     """
     k = D.shape[1]
     r = rows.shape[0]
     out = _RowMaps(
-        p=D.new_empty((r, k)),
+        p=D[:r] if overwrite else D.new_empty((r, k)),
         spent=D.new_empty(r),
         tsallis=D.new_empty(r),
         support=torch.empty(r, dtype=torch.int32, device=D.device),
@@ -305,6 +310,7 @@ def entmax15_map(
     sigma: float,
     row_offset: torch.Tensor | None = None,
     hint: torch.Tensor | None = None,
+    overwrite: bool = False,
 ) -> EStep:
     """Sparse ``entmax15(-D / sigma)``, exact, evaluated only where it is not one-hot.
 
@@ -313,7 +319,8 @@ def entmax15_map(
     through the ``entmax`` package (its exact sort-based threshold), on their ``m`` nearest
     centres when ``m``, the largest candidate count, is small (an exact top-m, nothing to
     check), on whole rows otherwise; scores below the support bound are clamped so that
-    they stay finite at any ``sigma``.
+    they stay finite at any ``sigma``. ``overwrite``: the soft rows' block may take
+    ``D``'s storage.
     """
     D = _working_dtype(D)
     k = D.shape[1]
@@ -336,12 +343,14 @@ def entmax15_map(
         )
         p_near = entmax15((near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
         spent = (p_near * near_gap).sum(dim=1)
-        p = D.new_zeros((soft_rows.shape[0], k)).scatter_add_(1, near, p_near)
+        block = D[: soft_rows.shape[0]].zero_() if overwrite else D.new_zeros(near_gap.shape[0], k)
+        p = block.scatter_add_(1, near, p_near)
         packed = (near, p_near)
         tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))
         support = (p_near > 0).sum(dim=1, dtype=torch.int32)
     else:
-        rows_map = _entmax15_rows(D, d_min, soft_rows, sigma)
+        del candidate  # a (rows, k) mask the whole-row map does not need
+        rows_map = _entmax15_rows(D, d_min, soft_rows, sigma, overwrite)
         p, spent, tsallis, support = rows_map.p, rows_map.spent, rows_map.tsallis, rows_map.support
         packed = (None, None)
     energy = min_dist.clone()
@@ -358,19 +367,21 @@ def responsibilities(
     assignment: str,
     row_offset: torch.Tensor | None = None,
     hint: torch.Tensor | None = None,
+    overwrite: bool = False,
 ) -> EStep:
     """Dispatch to the map named by ``assignment``.
 
     ``sigma <= 0``, or so small that it is 0 in the working precision, means hard: that is
     the limit of both maps, and dividing by it would give NaN. ``row_offset`` and ``hint``:
-    see :func:`hard_map`.
+    see :func:`hard_map`. ``overwrite``: ``D`` is not needed afterwards, and the
+    responsibilities may take its storage instead of a block of their own.
     """
     if assignment == "hard" or sigma < torch.finfo(_working_dtype(D).dtype).tiny:
         return hard_map(D, row_offset, hint)
     if assignment == "softmax":
-        return softmax_map(D, sigma, row_offset, hint)
+        return softmax_map(D, sigma, row_offset, hint, overwrite)
     if assignment == "entmax15":
-        return entmax15_map(D, sigma, row_offset, hint)
+        return entmax15_map(D, sigma, row_offset, hint, overwrite)
     raise ValueError(f"assignment must be one of {ASSIGNMENTS}, got {assignment!r}")
 
 

@@ -170,7 +170,14 @@ class FixedPointIteration:
             wc = None if w is None else w[rows]
             x_sq = self.x_sq[rows]
             D = self._distances(rows, C, c_sq)
-            e = responsibilities(D, sigma, assignment, row_offset=x_sq, hint=hint_for(rows))
+            e = responsibilities(
+                D,
+                sigma,
+                assignment,
+                row_offset=x_sq,
+                hint=hint_for(rows),
+                overwrite=not need_spread,
+            )
             self.min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
             objective += _weighted_sum(e.energy, wc)

@@ -372,3 +372,21 @@ def test_entmax15_on_many_rows_equals_the_package(sigma: float) -> None:
     torch.testing.assert_close(R.to_dense(), expected, atol=1e-12, rtol=0)
     assert R.nnz() == int(torch.count_nonzero(expected))
     assert e.n_soft == int((torch.count_nonzero(expected, dim=1) > 1).sum())
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+@pytest.mark.parametrize("sigma", [0.002, 0.3, 50.0])  # packed / whole, some rows / all rows
+def test_overwrite_gives_the_same_map_in_the_distance_block(assignment: str, sigma: float) -> None:
+    g = torch.Generator().manual_seed(2)
+    D = torch.rand((2000, 40), generator=g, dtype=torch.float64) * 10.0
+    D[::3] *= 0.01  # rows of near ties among rows with clear winners: soft rows are a subset
+    expected = responsibilities(D, sigma, assignment)
+    block = D.clone()
+    step = responsibilities(block, sigma, assignment, overwrite=True)
+    torch.testing.assert_close(dense(step), dense(expected), atol=1e-12, rtol=0)
+    torch.testing.assert_close(step.energy, expected.energy)
+    assert step.n_soft == expected.n_soft
+    R = step.responsibilities
+    storage = R if isinstance(R, torch.Tensor) else R.soft_block
+    if storage.numel():
+        assert storage.untyped_storage().data_ptr() == block.untyped_storage().data_ptr()
