@@ -144,9 +144,9 @@ class FixedPointIteration:
 
         ``C`` may hold more rows than ``n_clusters``: rows from ``twins_from`` on are the
         annealing twins of the rows before them, folded into them when counting nonzeros.
-        The distance
-        blocks leave out ``||x||^2``: no map depends on a per-row constant, so it is only
-        added back where a true distance is reported.
+        The distance blocks leave out ``||x||^2``: no map depends on a per-row constant, so
+        it is only added back where a true distance is reported. Without ``need_spread``
+        the maps write their responsibilities into the distance block.
         """
         if (assignment == "hard" or sigma <= 0.0) and not need_spread:
             return self._hard_step(C)
