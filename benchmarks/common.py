@@ -404,7 +404,7 @@ def _gemm_time(events: Any, d: int, k: int, cuda: bool) -> tuple[float, int]:
         block, other = shapes[1:3] if evt.name == "aten::addmm" else shapes[0:2]
         if len(block) != 2 or block[1] != d or len(other) != 2 or other[0] != d:
             continue
-        if other[1] not in widths:
+        if other[1] not in widths:  # another GEMM of the same block (candidates, swaps)
             continue
         if cuda:
             dev_t = getattr(evt, "device_time_total", None)

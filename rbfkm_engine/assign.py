@@ -343,7 +343,8 @@ def entmax15_map(
         )
         p_near = entmax15((near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
         spent = (p_near * near_gap).sum(dim=1)
-        block = D[: soft_rows.shape[0]].zero_() if overwrite else D.new_zeros(near_gap.shape[0], k)
+        r = soft_rows.shape[0]
+        block = D[:r].zero_() if overwrite else D.new_zeros((r, k))
         p = block.scatter_add_(1, near, p_near)
         packed = (near, p_near)
         tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))

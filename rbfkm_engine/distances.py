@@ -60,6 +60,7 @@ def squared_distances(
     C: torch.Tensor,
     x_sq: torch.Tensor | None = None,
     c_sq: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Squared distances of one block of rows to every centre, by one GEMM.
 
@@ -68,6 +69,7 @@ def squared_distances(
     X : (m, d) tensor
     C : (k, d) tensor, same dtype and device
     x_sq, c_sq : precomputed squared norms of X and C (optional)
+    out : (m, k) tensor to write the result into (optional)
 
     Returns
     -------
@@ -77,7 +79,7 @@ def squared_distances(
         x_sq = squared_norms(X)
     if c_sq is None:
         c_sq = squared_norms(C)
-    D = torch.addmm(c_sq.unsqueeze(0), X, C.T, beta=1.0, alpha=-2.0)
+    D = torch.addmm(c_sq.unsqueeze(0), X, C.T, beta=1.0, alpha=-2.0, out=out)
     D.add_(x_sq.unsqueeze(1))
     return D.clamp_min_(0.0)
 

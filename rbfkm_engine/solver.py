@@ -126,10 +126,9 @@ class FixedPointIteration:
                 min(self.chunk_size, self.X.shape[0]) * width, dtype=C.dtype, device=C.device
             )
         out = self._workspace[: m * width].view(m, width)
-        torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=out)
         if with_norms:
-            out.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
-        return out
+            return squared_distances(self.X[rows], C, self.x_sq[rows], c_sq, out=out)
+        return torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=out)
 
     def step(
         self,
