@@ -13,9 +13,11 @@ the scores are ``z = -D / sigma`` and
   score is 0, ``tau >= -1``, so only centres with ``D_ij - min_j D_ij < 2 sigma`` can be in
   the support. Rows with a single candidate are exactly one-hot and skip the map; the
   others get it on their ``m`` nearest centres, ``m`` the largest candidate count among
-  them (an exact top-m, so there is no partial-sort guess to check and re-sort), or on the
-  whole row when ``m`` is large. A point is exactly hard once ``sigma`` is below half the
-  gap between its two nearest squared distances.
+  them (an exact top-m), or on whole rows when ``m`` is large. Either way the package
+  sorts only as many scores as the supports need (its ``k=`` option, which re-solves the
+  rows whose support fills ``k``), since supports are usually a fraction of the
+  candidates. A point is exactly hard once ``sigma`` is below half the gap between its
+  two nearest squared distances.
 - ``hard``: one-hot argmin (``sigma = 0``, Lloyd).
 
 Everything here works on one block of rows (see :mod:`rbfkm_engine.distances`).
@@ -23,6 +25,8 @@ Everything here works on one block of rows (see :mod:`rbfkm_engine.distances`).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,6 +50,12 @@ _GATHER_SHARE = 8
 #: Size of one ``(rows, k)`` temporary when entmax15 runs on whole rows (see
 #: :func:`_entmax15_rows`).
 _ENTMAX_GROUP_BYTES = 256 * 1024
+
+#: The partial sort's width (see :func:`_partial_width`) is a multiple of this.
+_PARTIAL_SORT_STEP = 16
+#: The first row group of :func:`_entmax15_groups`, sorted in full, is this many times
+#: smaller than the others.
+_FIRST_GROUP_SHARE = 4
 
 
 @dataclass(frozen=True)
@@ -213,33 +223,31 @@ def softmax_map(
     return EStep(R, energy, min_dist, labels, n_soft)
 
 
-def _packed_candidates(
+def _pack_candidates(
     D: torch.Tensor,
     d_min: torch.Tensor,
     candidate: torch.Tensor,
-    soft_rows: torch.Tensor,
+    rows: torch.Tensor | slice,
     counts: torch.Tensor,
-    width: int,
-    fill: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The soft rows' candidate gaps ``D - d_min`` and columns, packed into ``(r, width)``.
+    sigma: float,
+    near: torch.Tensor,
+    near_scores: torch.Tensor,
+) -> None:
+    """Pack the candidate columns and scores ``-(D - d_min) / sigma`` of ``rows`` into
+    ``near`` and ``near_scores``, both ``(len(rows), width)``.
 
-    Cheaper than a ``topk`` of ``width`` or a gather of the soft rows of ``D`` (several
-    times, on the CPU): one pass finds the candidates, one scatter packs them. ``counts``:
-    the candidates of each soft row. Rows with fewer than ``width`` candidates are padded
-    with gap ``fill`` (outside the support: probability exactly 0) on column 0.
+    Cheaper than a ``topk`` of ``width`` or a gather of the rows of ``D`` (several times,
+    on the CPU): one pass finds the candidates, one scatter packs them. ``counts``: the
+    candidates of each row. Rows with fewer than ``width`` candidates are padded with the
+    score floor (outside the support: probability exactly 0) on column 0.
     """
-    mask = candidate if soft_rows.shape[0] == D.shape[0] else candidate[soft_rows]
-    rows, cols = torch.nonzero(mask, as_tuple=True)  # row-major order
+    r_idx, cols = torch.nonzero(candidate[rows], as_tuple=True)  # row-major order
     start = torch.cumsum(counts, dim=0) - counts
-    slot = torch.arange(rows.shape[0], device=D.device) - start[rows]
-    r = counts.shape[0]
-    near = torch.zeros((r, width), dtype=torch.long, device=D.device)
-    near[rows, slot] = cols
-    source = soft_rows[rows]
-    near_gap = torch.full((r, width), fill, dtype=D.dtype, device=D.device)
-    near_gap[rows, slot] = torch.take(D, source * D.shape[1] + cols) - d_min[source]
-    return near_gap, near
+    slot = torch.arange(r_idx.shape[0], device=D.device) - start[r_idx]
+    near.zero_()[r_idx, slot] = cols
+    source = r_idx + rows.start if isinstance(rows, slice) else rows[r_idx]
+    scores = torch.take(D, source * D.shape[1] + cols).sub_(d_min[source]).div_(-sigma)
+    near_scores.fill_(_ENTMAX_FLOOR)[r_idx, slot] = scores.clamp_min_(_ENTMAX_FLOOR)
 
 
 def _group_rows(k: int, itemsize: int = 4) -> int:
@@ -272,36 +280,58 @@ class _RowMaps:
     support: torch.Tensor  # (r,) int32, nonzeros
 
 
-def _entmax15_rows(
-    D: torch.Tensor, d_min: torch.Tensor, rows: torch.Tensor, sigma: float, overwrite: bool
-) -> _RowMaps:
-    """entmax15 on whole rows of ``D``, with their energy terms and support sizes.
+def _partial_width(support: int, k: int) -> int | None:
+    """The ``k=`` to hand the ``entmax`` package for rows whose support is about ``support``.
 
-    The package's sort-based threshold makes about ten ``(rows, k)`` temporaries (the
-    sorted scores, their indices, two cumulative sums, ...), so rows go through it in
-    groups of ``_ENTMAX_GROUP_BYTES`` per temporary, and so do the per-row sums, keeping
-    the peak near that of the distance block itself. With ``overwrite``, row ``r`` of the
-    result goes into row ``r`` of ``D``: ``rows`` is ascending, so ``r <= rows[r]`` and a
-    row of ``D`` is only written once the groups that read it are done.
+    The package sorts only the ``m`` largest scores (``topk``) and re-solves with ``2 m``
+    the rows whose support fills ``m``, so the result is exact whatever ``m``; the best
+    ``m`` is just above the support. ``None`` (a full sort) once ``m`` would reach ``k``.
     """
-    k = D.shape[1]
-    r = rows.shape[0]
+    m = _PARTIAL_SORT_STEP * (support // _PARTIAL_SORT_STEP + 1)
+    return m if m < k else None
+
+
+def _entmax15_groups(
+    scores: Callable[[slice], torch.Tensor], n_rows: int, p: torch.Tensor, sigma: float
+) -> _RowMaps:
+    """entmax15 of ``n_rows`` rows of scores into ``p``, with the per-row sums.
+
+    ``scores(part)``: rows ``part`` of the scores ``-(D - d_min) / sigma``, clamped at the
+    floor; they may be ``p[part]`` itself, which is written once they are used. The
+    package's full sort makes about ten temporaries of the rows' size (the sorted scores,
+    their indices, two cumulative sums, ...), so rows go through it in groups of
+    ``_ENTMAX_GROUP_BYTES`` per temporary, and so do the sums, keeping the peak near that
+    of the distance block itself. On the CPU the first group, smaller than the others, is
+    sorted in full and each later one only partially, to just above the largest support
+    of the group before (:func:`_partial_width`): supports are usually a fraction of the
+    candidates. On a GPU a full sort is cheap, while the partial one's check for rows to
+    re-solve waits for the device.
+    """
+    width = p.shape[1]
     out = _RowMaps(
-        p=D[:r] if overwrite else D.new_empty((r, k)),
-        spent=D.new_empty(r),
-        tsallis=D.new_empty(r),
-        support=torch.empty(r, dtype=torch.int32, device=D.device),
+        p=p,
+        spent=p.new_empty(n_rows),
+        tsallis=p.new_empty(n_rows),
+        support=torch.empty(n_rows, dtype=torch.int32, device=p.device),
     )
-    group = _group_rows(k, D.element_size())
-    for start in range(0, r, group):
-        part = slice(start, start + group)
-        sub = rows[part]
-        gap = D[sub] - d_min[sub].unsqueeze(1)
-        q = entmax15((gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
-        out.p[part] = q
-        out.spent[part] = (q * gap).sum(dim=1)
+    partial = p.device.type == "cpu"
+    group = _group_rows(width, p.element_size())
+    bounds = [0, max(1, group // _FIRST_GROUP_SHARE) if partial else group]
+    while bounds[-1] < n_rows:
+        bounds.append(bounds[-1] + group)
+    sort_width = None
+    for start, stop in itertools.pairwise(bounds):
+        part = slice(start, stop)
+        z = scores(part)
+        q = entmax15(z, dim=-1, k=sort_width)
+        # Clamped scores are outside the support (q = 0): sum_j q_j gap_j = -sigma q . z
+        out.spent[part] = (q * z).sum(dim=1).mul_(-sigma)
         out.tsallis[part] = (4.0 / 3.0) * (1.0 - q.pow(1.5).sum(dim=1))
-        out.support[part] = (q > 0).sum(dim=1, dtype=torch.int32)
+        support = out.support[part]
+        torch.sum(q > 0, dim=1, dtype=torch.int32, out=support)
+        p[part] = q
+        if partial:
+            sort_width = _partial_width(int(support.max()), width)
     return out
 
 
@@ -318,9 +348,9 @@ def entmax15_map(
     other row is exactly one-hot and costs nothing beyond the row minimum. The soft rows go
     through the ``entmax`` package (its exact sort-based threshold), on their ``m`` nearest
     centres when ``m``, the largest candidate count, is small (an exact top-m, nothing to
-    check), on whole rows otherwise; scores below the support bound are clamped so that
-    they stay finite at any ``sigma``. ``overwrite``: the soft rows' block may take
-    ``D``'s storage.
+    check), on whole rows otherwise, by groups of rows (:func:`_entmax15_groups`); scores
+    below the support bound are clamped so that they stay finite at any ``sigma``.
+    ``overwrite``: the soft rows' block may take ``D``'s storage.
     """
     D = _working_dtype(D)
     k = D.shape[1]
@@ -336,24 +366,40 @@ def entmax15_map(
         return EStep(R, min_dist, min_dist, labels, 0)
     soft_counts = counts[soft_rows]
     width = int(soft_counts.max())
+    r = soft_rows.shape[0]
     if width <= k // 4:
         # Narrow supports: the map on the candidate centres is the full-row map.
-        near_gap, near = _packed_candidates(
-            D, d_min, candidate, soft_rows, soft_counts, width, -_ENTMAX_FLOOR * sigma
-        )
-        p_near = entmax15((near_gap / -sigma).clamp_min_(_ENTMAX_FLOOR), dim=-1)
-        spent = (p_near * near_gap).sum(dim=1)
-        r = soft_rows.shape[0]
+        near = torch.empty((r, width), dtype=torch.long, device=D.device)
+        near_scores = D.new_empty((r, width))
+        every_row = r == D.shape[0]
+
+        def packed_scores(part: slice) -> torch.Tensor:
+            # By groups too: finding and packing the candidates makes a few (nonzeros,)
+            # index vectors.
+            rows = slice(part.start, min(part.stop, r)) if every_row else soft_rows[part]
+            _pack_candidates(
+                D, d_min, candidate, rows, soft_counts[part], sigma, near[part], near_scores[part]
+            )
+            return near_scores[part]
+
+        maps = _entmax15_groups(packed_scores, r, near_scores, sigma)
         block = D[:r].zero_() if overwrite else D.new_zeros((r, k))
-        p = block.scatter_add_(1, near, p_near)
-        packed = (near, p_near)
-        tsallis = (4.0 / 3.0) * (1.0 - p_near.pow(1.5).sum(dim=1))
-        support = (p_near > 0).sum(dim=1, dtype=torch.int32)
+        p = block.scatter_add_(1, near, maps.p)
+        packed = (near, maps.p)
     else:
         del candidate  # a (rows, k) mask the whole-row map does not need
-        rows_map = _entmax15_rows(D, d_min, soft_rows, sigma, overwrite)
-        p, spent, tsallis, support = rows_map.p, rows_map.spent, rows_map.tsallis, rows_map.support
+
+        def row_scores(part: slice) -> torch.Tensor:
+            sub = soft_rows[part]
+            z = D[sub].sub_(d_min[sub].unsqueeze(1)).div_(-sigma)
+            return z.clamp_min_(_ENTMAX_FLOOR)
+
+        # ``soft_rows`` is ascending, so soft row i is written to row i <= soft_rows[i] of
+        # ``D`` only once the groups that read that row are done.
+        maps = _entmax15_groups(row_scores, r, D[:r] if overwrite else D.new_empty((r, k)), sigma)
+        p = maps.p
         packed = (None, None)
+    spent, tsallis, support = maps.spent, maps.tsallis, maps.support
     energy = min_dist.clone()
     energy[soft_rows] += spent - sigma * tsallis
     first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)

@@ -415,6 +415,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 max_iter=int(self.max_iter),
                 tol=tol,
                 chunk_size=chunk,
+                x_sq=x_sq,
                 callback=callback,
                 progress_offset=run / n_init,
                 progress_scale=1.0 / n_init,

@@ -93,12 +93,13 @@ class FixedPointIteration:
         sample_weight: torch.Tensor | None,
         n_clusters: int,
         chunk_size: int,
+        x_sq: torch.Tensor | None = None,
     ) -> None:
         self.X = X
         self.w = sample_weight
         self.k = n_clusters
         self.chunk_size = chunk_size
-        self.x_sq = squared_norms(X)
+        self.x_sq = squared_norms(X) if x_sq is None else x_sq
         self.min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
         self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
         # Number of centres ``labels`` refers to; 0 when they are stale (see ``forget``).
@@ -795,6 +796,7 @@ def solve(
     max_iter: int,
     tol: float,
     chunk_size: int,
+    x_sq: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     callback: Callback | None = None,
     progress_offset: float = 0.0,
@@ -808,8 +810,9 @@ def solve(
     counts every iteration, all temperatures together; a share of it (``LLOYD_SHARE``) is
     kept for the Lloyd phase. With ``C0=None`` annealing starts from the weighted mean and
     grows the centres by phase transitions (see :func:`anneal`); otherwise from ``C0``.
+    ``x_sq``: the rows' squared norms, when the caller has them (read only).
     """
-    fp = FixedPointIteration(X, sample_weight, n_clusters, chunk_size)
+    fp = FixedPointIteration(X, sample_weight, n_clusters, chunk_size, x_sq)
     budget = _Budget(max_iter, callback, progress_offset, progress_scale, iteration_offset)
     history: list[dict[str, float]] = []
     split = C0 is None

@@ -14,6 +14,7 @@ from hypothesis.extra.numpy import arrays
 from rbfkm_engine.assign import (
     ASSIGNMENTS,
     EStep,
+    _partial_width,
     entmax15_map,
     hard_map,
     nearest,
@@ -372,6 +373,40 @@ def test_entmax15_on_many_rows_equals_the_package(sigma: float) -> None:
     torch.testing.assert_close(R.to_dense(), expected, atol=1e-12, rtol=0)
     assert R.nnz() == int(torch.count_nonzero(expected))
     assert e.n_soft == int((torch.count_nonzero(expected, dim=1) > 1).sum())
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize(("candidates", "far"), [(256, 1.9), (60, 5.0)])  # whole / packed
+def test_entmax15_partial_sort_is_exact_when_supports_change(
+    overwrite: bool, candidates: int, far: float
+) -> None:
+    # Supports jump from 5 to most of the candidates and back between row groups: the
+    # partial sort's width, guessed from the group before, is too narrow for the package
+    # at first (it re-solves those rows) and too wide afterwards. Whole rows (every centre
+    # a candidate) and packed candidates (60 of 256) both equal the package's full sort.
+    k, n = 256, 600
+    g = torch.Generator().manual_seed(3)
+    narrow = torch.full((n, k), far, dtype=torch.float64)
+    narrow[:, :5] = torch.rand((n, 5), generator=g, dtype=torch.float64) * 0.05
+    wide = torch.full((n, k), far, dtype=torch.float64)
+    wide[:, :candidates] = torch.rand((n, candidates), generator=g, dtype=torch.float64)
+    D = torch.cat([narrow, wide, narrow])
+    expected = entmax.entmax15(-(D - D.min(dim=1, keepdim=True).values), dim=-1)
+    e = entmax15_map(D.clone(), 1.0, overwrite=overwrite)
+    R = e.responsibilities
+    assert (R.soft_cols is None) == (candidates > k // 4), "not the intended path"
+    torch.testing.assert_close(R.to_dense(), expected, atol=1e-12, rtol=0)
+    support = torch.count_nonzero(expected, dim=1)
+    assert int(support[:n].max()) == 5 and int(support[n : 2 * n].min()) > 16
+    torch.testing.assert_close(R.nnz_per_row(), support)
+    energy = (expected * D).sum(dim=1) - tsallis15(expected)
+    torch.testing.assert_close(e.energy, energy)
+
+
+@pytest.mark.parametrize(("support", "expected"), [(0, 16), (5, 16), (16, 32), (40, 48)])
+def test_partial_width_is_just_above_the_support(support: int, expected: int) -> None:
+    assert _partial_width(support, 256) == expected
+    assert _partial_width(support, expected) is None  # a full sort once it reaches k
 
 
 @pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
