@@ -47,8 +47,9 @@ _ENTMAX_FLOOR = -4.0
 #: ``1 / _GATHER_SHARE`` of the block.
 _GATHER_SHARE = 8
 
-#: Size of one ``(rows, k)`` temporary when entmax15 runs on whole rows (see
-#: :func:`_entmax15_rows`).
+#: Size of one ``(rows, width)`` temporary of an entmax15 row group (see
+#: :func:`_entmax15_groups`). Halving it made the fit up to 2x slower on two cores, likely
+#: because a group's element-wise ops then fall to torch's parallel grain size (one thread).
 _ENTMAX_GROUP_BYTES = 256 * 1024
 
 #: The partial sort's width (see :func:`_partial_width`) is a multiple of this.
