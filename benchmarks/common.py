@@ -386,12 +386,15 @@ def in_fit_gemm(
 def _gemm_time(events: Any, d: int, k: int, cuda: bool) -> tuple[float, int]:
     """Microseconds and rows of the top-level (rows, d) x (d, k) addmm / mm events.
 
-    The engine's Lloyd passes pad the centres on the CPU to a multiple of 16 columns (a
-    row minimum over such a width is several times faster); their ``(d, k')`` GEMMs are
+    The engine's Lloyd passes pad the centres on the CPU to a multiple of the solver's
+    ``_ROW_REDUCTION_WIDTH`` columns (a row minimum over such a width is several times
+    faster); their ``(d, k')`` GEMMs are
     distance steps too and count here, with the useful ``2 rows d k`` flops only.
     """
+    from rbfkm_engine.solver import _ROW_REDUCTION_WIDTH
+
     names = ("aten::addmm", "aten::mm")
-    widths = (k, k + (-k % 16))
+    widths = (k, k + (-k % _ROW_REDUCTION_WIDTH))
     total_us, rows = 0.0, 0
     for evt in events:
         if evt.name not in names or not evt.input_shapes:
