@@ -388,8 +388,8 @@ def _gemm_time(events: Any, d: int, k: int, cuda: bool) -> tuple[float, int]:
 
     The engine's Lloyd passes pad the centres on the CPU to a multiple of the solver's
     ``_ROW_REDUCTION_WIDTH`` columns (a row minimum over such a width is several times
-    faster); their ``(d, k')`` GEMMs are
-    distance steps too and count here, with the useful ``2 rows d k`` flops only.
+    faster); their ``(d, k')`` GEMMs are distance steps too and count here, with the
+    useful ``2 rows d k`` flops only.
     """
     from rbfkm_engine.solver import _ROW_REDUCTION_WIDTH
 
