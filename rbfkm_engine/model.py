@@ -24,7 +24,7 @@ from .anneal import (
     weighted_covariance,
     weighted_mean,
 )
-from .assign import ASSIGNMENTS, responsibilities, to_csr_block
+from .assign import ASSIGNMENTS, nearest, responsibilities, to_csr_block
 from .distances import (
     cache_chunk_size,
     chunk_size_for,
@@ -537,8 +537,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w = self._weights(sample_weight, Xt)
         labels = torch.empty(Xt.shape[0], dtype=torch.long, device=Xt.device)
         total = torch.zeros((), dtype=torch.float64, device=Xt.device)
+        keys = torch.empty(0, dtype=C.dtype, device=Xt.device)  # nearest's scratch, reused
         for rows, D in self._blocks(Xt, C):
-            d_min, labels[rows] = D.min(dim=1)
+            if keys.numel() < D.numel():
+                keys = torch.empty(D.numel(), dtype=C.dtype, device=Xt.device)
+            d_min, _, block_labels = nearest(D, None, scratch=keys)
+            labels[rows] = block_labels
             total += (d_min if w is None else w[rows] * d_min).sum(dtype=torch.float64)
         return labels.cpu().numpy(), float(total)
 

@@ -110,29 +110,43 @@ class FixedPointIteration:
         # Lloyd's sums (R^T W X, R^T w) for ``labels``, in float64, kept between hard passes.
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
-        # One distance block, reused by every pass (see ``_distances``).
-        self._workspace = torch.empty(0, dtype=X.dtype, device=X.device)
+        # The distance block and the argmin keys' block, reused by every pass (see
+        # ``_reused_block``).
+        self._blocks: dict[str, torch.Tensor] = {}
+
+    def _reused_block(self, name: str, m: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+        """An ``(m, width)`` block of the buffer ``name``, allocated once per fit.
+
+        Every pass makes such blocks per chunk; allocating fresh ones each time fragments
+        the C heap (glibc keeps freed blocks of this size mapped once its mmap threshold
+        has risen to them) until the process holds several times the block, and costs page
+        faults. Nothing keeps a block past its chunk, so one buffer serves them all.
+        """
+        buffer = self._blocks.get(name)
+        if buffer is None or buffer.numel() < m * width or buffer.dtype != dtype:
+            rows = min(self.chunk_size, self.X.shape[0])
+            buffer = torch.empty(rows * width, dtype=dtype, device=self.X.device)
+            self._blocks[name] = buffer
+        return buffer[: m * width].view(m, width)
 
     def _distances(
         self, rows: slice, C: torch.Tensor, c_sq: torch.Tensor, with_norms: bool = False
     ) -> torch.Tensor:
-        """``c_sq - 2 X[rows] C^T`` (the block without ``||x||^2``) in the reused workspace;
-        with ``with_norms``, the true squared distances (``||x||^2`` added, clamped at 0).
-
-        Every pass makes one such block per chunk; allocating a fresh one each time
-        fragments the C heap (glibc keeps freed blocks of this size mapped once its mmap
-        threshold has risen to them) until the process holds several times the block.
-        Nothing keeps a block past its chunk, so one buffer serves them all.
-        """
-        m, width = rows.stop - rows.start, C.shape[0]
-        if self._workspace.numel() < m * width:
-            self._workspace = torch.empty(
-                min(self.chunk_size, self.X.shape[0]) * width, dtype=C.dtype, device=C.device
-            )
-        out = self._workspace[: m * width].view(m, width)
+        """``c_sq - 2 X[rows] C^T`` (the block without ``||x||^2``) in a reused block; with
+        ``with_norms``, the true squared distances (``||x||^2`` added, clamped at 0)."""
+        out = self._reused_block("distances", rows.stop - rows.start, C.shape[0], C.dtype)
         if with_norms:
             return squared_distances(self.X[rows], C, self.x_sq[rows], c_sq, out=out)
         return torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=out)
+
+    def _nearest(
+        self, rows: slice, D: torch.Tensor, with_norms: bool, hint: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`nearest` for a block from :meth:`_distances`: true distances and labels."""
+        keys = self._reused_block("argmin keys", D.shape[0], D.shape[1], D.dtype)
+        row_offset = None if with_norms else self.x_sq[rows]
+        _, min_dist, labels = nearest(D, row_offset, hint, scratch=keys)
+        return min_dist, labels
 
     def step(
         self,
@@ -224,7 +238,7 @@ class FixedPointIteration:
             wc = None if w is None else w[rows]
             D = self._distances(rows, C_gemm, c_sq)
             old = self.labels[rows] if hints else None
-            _, min_dist, labels = nearest(D, self.x_sq[rows], old)
+            min_dist, labels = self._nearest(rows, D, False, old)
             self.min_dist[rows] = min_dist
             inertia += _weighted_sum(min_dist, wc)
             if incremental:
@@ -313,11 +327,16 @@ class FixedPointIteration:
         return torch.cat([C, *added]) if added else C
 
     def hard_labels(self, C: torch.Tensor) -> float:
-        """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia."""
+        """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia.
+
+        From the true distances and without hints, as ``RBFKMeans.predict`` computes them,
+        so the labels are the same, ties included.
+        """
         c_sq = squared_norms(C)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            min_dist, labels = self._distances(rows, C, c_sq, with_norms=True).min(dim=1)
+            D = self._distances(rows, C, c_sq, with_norms=True)
+            min_dist, labels = self._nearest(rows, D, True, None)
             self.min_dist[rows] = min_dist
             self.labels[rows] = labels
             inertia += _weighted_sum(min_dist, None if self.w is None else self.w[rows])

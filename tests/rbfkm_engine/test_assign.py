@@ -18,6 +18,7 @@ from rbfkm_engine.assign import (
     entmax15_map,
     hard_map,
     nearest,
+    packed_argmin,
     responsibilities,
     softmax_map,
     to_csr_block,
@@ -108,6 +109,62 @@ def test_nearest_with_hints_equals_argmin_and_keeps_tied_hints(moved_share: floa
     torch.testing.assert_close(d_min, D.amin(dim=1))
     torch.testing.assert_close(true_min, (D.amin(dim=1) + 1.0).clamp_min(0.0))
     torch.testing.assert_close(labels, expected)
+
+
+def near_tie_rows(dtype: torch.dtype):
+    """Strategy: ``(D, row_offset)`` blocks of ``c_sq - 2 x.c``-like values: few distinct
+    magnitudes (exact ties), signed zeros, values one ulp apart and slightly negative true
+    distances, as the distance GEMM's rounding makes them."""
+    base = st.sampled_from([0.0, -0.0, 1.0, 1.5, 2.0, 1e-30, -1e-7, 3.0, 1e6])
+    nudge = st.sampled_from([0, 0, 1, -1, 2])
+    cell = st.tuples(base, nudge)
+
+    def block(shape: tuple[int, int]):
+        cells = st.lists(cell, min_size=shape[0] * shape[1], max_size=shape[0] * shape[1])
+        offsets = st.lists(st.sampled_from([0.0, 0.5, 1e-7]), min_size=shape[0], max_size=shape[0])
+        return st.tuples(cells, offsets).map(lambda co: _near_tie_block(shape, *co, dtype))
+
+    return st.tuples(st.integers(1, 6), st.integers(1, 70)).flatmap(block)
+
+
+def _near_tie_block(shape, cells, offsets, dtype):
+    D = torch.tensor([b for b, _ in cells], dtype=dtype)
+    for steps in range(1, 3):  # move some values ``steps`` ulps up or down
+        for sign in (1, -1):
+            pick = torch.tensor([n == sign * steps for _, n in cells])
+            target = torch.full_like(D, sign * float("inf"))
+            for _ in range(steps):
+                D = torch.where(pick, torch.nextafter(D, target), D)
+    offset = torch.tensor(offsets, dtype=dtype) - D.view(shape).amin(dim=1).clamp_max(0.0)
+    return D.view(shape), offset
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+@given(data=st.data())
+@PROPERTY
+def test_nearest_without_hints_is_argmin_ties_included(dtype: torch.dtype, data) -> None:
+    # The packed candidates are checked against the row minimum: the labels are argmin's,
+    # the lowest index among tied minima, signed zeros and near ties included.
+    D, offset = data.draw(near_tie_rows(dtype))
+    for row_offset in (offset, None):
+        d_min, _, labels = nearest(D, row_offset)
+        torch.testing.assert_close(labels, D.argmin(dim=1), rtol=0, atol=0)
+        torch.testing.assert_close(d_min, D.amin(dim=1), rtol=0, atol=0)
+
+
+def test_packed_argmin_finds_the_minimum_of_distinct_values() -> None:
+    # Values further apart than the index bits' precision: the candidates are exact.
+    g = torch.Generator().manual_seed(3)
+    D = torch.rand((300, 50), generator=g) * 100.0 - 40.0
+    offset = torch.full((300,), 40.0)
+    before = D.clone()
+    torch.testing.assert_close(packed_argmin(D, offset, torch.empty(300 * 64)), D.argmin(dim=1))
+    torch.testing.assert_close(D, before, rtol=0, atol=0)  # the keys go to the scratch
+
+
+def test_packed_argmin_with_many_centres_falls_back_to_argmin() -> None:
+    D = torch.rand((3, 2**16 + 1), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(packed_argmin(D), D.argmin(dim=1))
 
 
 @pytest.mark.parametrize("sigma", (0.0, -1.0))
