@@ -16,7 +16,7 @@ import torch
 DEFAULT_BUDGET_BYTES = 256 * 1024**2
 
 #: Target size of one ``(rows, k)`` block on the CPU (see :func:`cache_chunk_size`).
-CPU_BLOCK_BYTES = 2 * 1024**2
+CPU_BLOCK_BYTES = 8 * 1024**2
 
 #: Rows per chunk never exceed this: larger blocks stop paying off in cache behaviour.
 MAX_CHUNK_ROWS = 65_536
@@ -47,8 +47,11 @@ def cache_chunk_size(n_clusters: int, device: torch.device, itemsize: int = 4) -
     """Rows per block for the solver's passes: cache-sized on the CPU.
 
     With few features the distance GEMM is cheap and the passes over the ``(rows, k)``
-    block (minimum, candidate count) dominate; blocks of about 2 MiB stay in the CPU's L2
-    cache between those passes. GPUs prefer large blocks (fewer kernel launches).
+    block (minimum, argmin check, candidate count) dominate. Each pass is a few torch ops
+    with a fixed cost per op (dispatch, waking the threads): blocks of about 8 MiB, served
+    from the last-level cache, ran 20 Lloyd iterations on 100 000 x 32 points, k = 64, in
+    0.83x the time of 2 MiB blocks that stay in L2 (two cores). GPUs prefer large blocks
+    (fewer kernel launches).
     """
     if device.type == "cuda":
         return MAX_CHUNK_ROWS

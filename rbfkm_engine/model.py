@@ -24,7 +24,7 @@ from .anneal import (
     weighted_covariance,
     weighted_mean,
 )
-from .assign import ASSIGNMENTS, nearest, responsibilities, to_csr_block
+from .assign import ASSIGNMENTS, responsibilities, to_csr_block
 from .distances import (
     cache_chunk_size,
     chunk_size_for,
@@ -33,7 +33,7 @@ from .distances import (
     squared_norms,
 )
 from .init import kmeans_plusplus, random_init
-from .solver import Callback, solve
+from .solver import Callback, FixedPointIteration, solve
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -454,7 +454,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.sigma_ = float(best.sigma)
         self.history_ = best.history
         self.stopped_early_ = bool(best.stopped_early)
-        distinct = int(np.unique(self.labels_).size)
+        distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters)))
         if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
@@ -532,19 +532,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             yield rows, squared_distances(X[rows], C, x_sq[rows], c_sq)
 
     def _labels_inertia(self, X: Any, sample_weight: Any = None) -> tuple[np.ndarray, float]:
-        """Nearest centre of each point and the weighted inertia."""
+        """Nearest centre of each point and the weighted inertia: the solver's last pass
+        (the same operations on the same blocks), so ``labels_ == predict(X)``."""
         Xt, C, _ = self._predict_inputs(X)
         w = self._weights(sample_weight, Xt)
-        labels = torch.empty(Xt.shape[0], dtype=torch.long, device=Xt.device)
-        total = torch.zeros((), dtype=torch.float64, device=Xt.device)
-        keys = torch.empty(0, dtype=C.dtype, device=Xt.device)  # nearest's scratch, reused
-        for rows, D in self._blocks(Xt, C):
-            if keys.numel() < D.numel():
-                keys = torch.empty(D.numel(), dtype=C.dtype, device=Xt.device)
-            d_min, _, block_labels = nearest(D, None, scratch=keys)
-            labels[rows] = block_labels
-            total += (d_min if w is None else w[rows] * d_min).sum(dtype=torch.float64)
-        return labels.cpu().numpy(), float(total)
+        last_pass = FixedPointIteration(Xt, w, self.n_clusters, self._chunk(Xt))
+        inertia = last_pass.hard_labels(C)
+        return last_pass.labels.cpu().numpy(), inertia
 
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre for each sample (int64)."""

@@ -140,12 +140,11 @@ class FixedPointIteration:
         return torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=out)
 
     def _nearest(
-        self, rows: slice, D: torch.Tensor, with_norms: bool, hint: torch.Tensor | None
+        self, rows: slice, D: torch.Tensor, hint: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:func:`nearest` for a block from :meth:`_distances`: true distances and labels."""
         keys = self._reused_block("argmin keys", D.shape[0], D.shape[1], D.dtype)
-        row_offset = None if with_norms else self.x_sq[rows]
-        _, min_dist, labels = nearest(D, row_offset, hint, scratch=keys)
+        _, min_dist, labels = nearest(D, self.x_sq[rows], hint, scratch=keys)
         return min_dist, labels
 
     def step(
@@ -238,7 +237,7 @@ class FixedPointIteration:
             wc = None if w is None else w[rows]
             D = self._distances(rows, C_gemm, c_sq)
             old = self.labels[rows] if hints else None
-            min_dist, labels = self._nearest(rows, D, False, old)
+            min_dist, labels = self._nearest(rows, D, old)
             self.min_dist[rows] = min_dist
             inertia += _weighted_sum(min_dist, wc)
             if incremental:
@@ -329,17 +328,19 @@ class FixedPointIteration:
     def hard_labels(self, C: torch.Tensor) -> float:
         """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia.
 
-        From the true distances and without hints, as ``RBFKMeans.predict`` computes them,
-        so the labels are the same, ties included.
+        Without hints (ties go to the lowest index): ``RBFKMeans.predict`` runs this same
+        pass, so the fit's final labels are its labels.
         """
-        c_sq = squared_norms(C)
+        C_gemm, c_sq = _padded_for_row_reductions(C)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            D = self._distances(rows, C, c_sq, with_norms=True)
-            min_dist, labels = self._nearest(rows, D, True, None)
+            D = self._distances(rows, C_gemm, c_sq)
+            min_dist, labels = self._nearest(rows, D, None)
             self.min_dist[rows] = min_dist
             self.labels[rows] = labels
             inertia += _weighted_sum(min_dist, None if self.w is None else self.w[rows])
+        self._labels_for = C.shape[0]
+        self._hard_sums = None
         return float(inertia)
 
     def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
