@@ -342,9 +342,8 @@ def in_fit_gemm(
 
     Profiles a fit from ``C0`` (``n_iter`` iterations, tol 0) with ``torch.profiler`` and
     sums the time of every top-level ``aten::addmm`` / ``aten::mm`` whose operands are a
-    ``(rows, d)`` block of X and the ``(d, k)`` centroids (or their padded copy, see
-    ``_gemm_time``), whatever function of the engine issues them: this is the distance
-    step as the solver runs it. The least total over
+    ``(rows, d)`` block of X and the ``(d, k)`` centroids, whatever function of the engine
+    issues them: this is the distance step as the solver runs it. The least total over
     ``repeats`` profiled fits is kept. None without the engine.
     """
     try:
@@ -384,17 +383,8 @@ def in_fit_gemm(
 
 
 def _gemm_time(events: Any, d: int, k: int, cuda: bool) -> tuple[float, int]:
-    """Microseconds and rows of the top-level (rows, d) x (d, k) addmm / mm events.
-
-    The engine's Lloyd passes pad the centres on the CPU to a multiple of the solver's
-    ``_ROW_REDUCTION_WIDTH`` columns (a row minimum over such a width is several times
-    faster); their ``(d, k')`` GEMMs are distance steps too and count here, with the
-    useful ``2 rows d k`` flops only.
-    """
-    from rbfkm_engine.solver import _ROW_REDUCTION_WIDTH
-
+    """Microseconds and rows of the top-level (rows, d) x (d, k) addmm / mm events."""
     names = ("aten::addmm", "aten::mm")
-    widths = (k, k + (-k % _ROW_REDUCTION_WIDTH))
     total_us, rows = 0.0, 0
     for evt in events:
         if evt.name not in names or not evt.input_shapes:
@@ -407,7 +397,7 @@ def _gemm_time(events: Any, d: int, k: int, cuda: bool) -> tuple[float, int]:
         block, other = shapes[1:3] if evt.name == "aten::addmm" else shapes[0:2]
         if len(block) != 2 or block[1] != d or len(other) != 2 or other[0] != d:
             continue
-        if other[1] not in widths:  # another GEMM of the same block (candidates, swaps)
+        if other[1] != k:  # another GEMM of the same block (candidates, swaps)
             continue
         if cuda:
             dev_t = getattr(evt, "device_time_total", None)

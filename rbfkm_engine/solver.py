@@ -111,8 +111,10 @@ class FixedPointIteration:
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
         # The distance block and the argmin keys' block, reused by every pass (see
-        # ``_reused_block``).
+        # ``_reused_block``), and the layout whose padding the distance block holds (see
+        # ``_padded_distances``).
         self._blocks: dict[str, torch.Tensor] = {}
+        self._padded_as: tuple[int, int, int] | None = None
 
     def _reused_block(self, name: str, m: int, width: int, dtype: torch.dtype) -> torch.Tensor:
         """An ``(m, width)`` block of the buffer ``name``, allocated once per fit.
@@ -134,10 +136,32 @@ class FixedPointIteration:
     ) -> torch.Tensor:
         """``c_sq - 2 X[rows] C^T`` (the block without ``||x||^2``) in a reused block; with
         ``with_norms``, the true squared distances (``||x||^2`` added, clamped at 0)."""
+        self._padded_as = None
         out = self._reused_block("distances", rows.stop - rows.start, C.shape[0], C.dtype)
         if with_norms:
             return squared_distances(self.X[rows], C, self.x_sq[rows], c_sq, out=out)
         return torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=out)
+
+    def _padded_distances(self, rows: slice, C: torch.Tensor, c_sq: torch.Tensor) -> torch.Tensor:
+        """:meth:`_distances` (without norms) in a block of :func:`_row_reduction_width`
+        columns, those past ``k`` at ``+inf``, which no minimum picks.
+
+        The GEMM writes the ``k`` real columns only; the padding is written once per fit
+        and layout, as nothing else writes there between hard passes.
+        """
+        k = C.shape[0]
+        width = _row_reduction_width(k, C.device)
+        if width == k:
+            return self._distances(rows, C, c_sq)
+        block = self._reused_block("distances", rows.stop - rows.start, width, C.dtype)
+        layout = (block.data_ptr(), width, k)
+        if self._padded_as != layout:
+            capacity = self._blocks["distances"].numel() // width
+            whole = self._blocks["distances"][: capacity * width].view(capacity, width)
+            whole[:, k:] = float("inf")
+            self._padded_as = layout
+        torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=block[:, :k])
+        return block
 
     def _nearest(
         self, rows: slice, D: torch.Tensor, hint: torch.Tensor | None
@@ -230,12 +254,12 @@ class FixedPointIteration:
             num = torch.zeros_like(C)
             den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
-        C_gemm, c_sq = _padded_for_row_reductions(C)
+        c_sq = squared_norms(C).unsqueeze(0)
         hints = self._labels_for == C.shape[0]
         for rows in iter_chunks(X.shape[0], self.chunk_size):
             Xc = X[rows]
             wc = None if w is None else w[rows]
-            D = self._distances(rows, C_gemm, c_sq)
+            D = self._padded_distances(rows, C, c_sq)
             old = self.labels[rows] if hints else None
             min_dist, labels = self._nearest(rows, D, old)
             self.min_dist[rows] = min_dist
@@ -331,10 +355,10 @@ class FixedPointIteration:
         Without hints (ties go to the lowest index): ``RBFKMeans.predict`` runs this same
         pass, so the fit's final labels are its labels.
         """
-        C_gemm, c_sq = _padded_for_row_reductions(C)
+        c_sq = squared_norms(C).unsqueeze(0)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            D = self._distances(rows, C_gemm, c_sq)
+            D = self._padded_distances(rows, C, c_sq)
             min_dist, labels = self._nearest(rows, D, None)
             self.min_dist[rows] = min_dist
             self.labels[rows] = labels
@@ -346,11 +370,11 @@ class FixedPointIteration:
     def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
         """Hard E-step at ``C`` that also returns each point's second-nearest squared
         distance (``labels`` and ``min_dist`` hold the nearest); and the inertia."""
-        C_gemm, c_sq = _padded_for_row_reductions(C)
+        c_sq = squared_norms(C).unsqueeze(0)
         second = torch.empty_like(self.min_dist)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            D = self._distances(rows, C_gemm, c_sq)
+            D = self._padded_distances(rows, C, c_sq)
             values, labels = torch.topk(D, 2, dim=1, largest=False)
             values.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
             self.min_dist[rows] = values[:, 0]
@@ -400,20 +424,13 @@ def _weighted_sum(values: torch.Tensor, weights: torch.Tensor | None) -> torch.T
     return (values if weights is None else weights * values).sum(dtype=torch.float64)
 
 
-def _padded_for_row_reductions(C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Centres for the distance GEMM, and their squared norms as a ``(1, k')`` row.
-
-    On the CPU a row minimum over a width that is not a multiple of the SIMD width runs
-    several times slower (k = 50: 5x slower than k = 64), so the centres are padded with
-    rows at infinite distance, which no minimum ever picks.
-    """
-    c_sq = squared_norms(C)
-    pad = -C.shape[0] % _ROW_REDUCTION_WIDTH
-    if C.device.type != "cpu" or pad == 0:
-        return C, c_sq.unsqueeze(0)
-    C = torch.cat([C, C.new_zeros((pad, C.shape[1]))])
-    c_sq = torch.cat([c_sq, c_sq.new_full((pad,), float("inf"))])
-    return C, c_sq.unsqueeze(0)
+def _row_reduction_width(k: int, device: torch.device) -> int:
+    """Columns of a hard pass's distance block: ``k`` rounded up to a multiple of
+    ``_ROW_REDUCTION_WIDTH`` on the CPU, where a row minimum over other widths runs
+    several times slower (k = 50: 5x slower than k = 64)."""
+    if device.type != "cpu":
+        return k
+    return k + (-k % _ROW_REDUCTION_WIDTH)
 
 
 def _count_nonzeros(R: torch.Tensor | SparseResponsibilities, twins_from: int | None) -> int:

@@ -97,7 +97,7 @@ def test_evaluate_centroids_is_the_float64_nearest_centroid_inertia() -> None:
     assert ev["ari"] == pytest.approx(1.0)
 
 
-def test_in_fit_gemm_counts_every_lloyd_pass_including_padded_centres() -> None:
+def test_in_fit_gemm_counts_every_lloyd_pass_of_padded_blocks() -> None:
     import numpy as np
 
     sys.path.insert(0, str(BENCH))
@@ -105,10 +105,10 @@ def test_in_fit_gemm_counts_every_lloyd_pass_including_padded_centres() -> None:
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(3000, 4)).astype(np.float32)
-    C0 = X[:5].copy()  # k = 5: the Lloyd passes use centres padded to 16 columns
+    C0 = X[:5].copy()  # k = 5: the Lloyd passes use blocks padded to 16 columns
     out = common.in_fit_gemm(X, C0, n_iter=6, repeats=1)
-    # Every pass of the fit is one (rows, 4) x (4, k') GEMM per block: at least the 6 Lloyd
-    # iterations' worth of rows are seen.
+    # Every pass of the fit is one (rows, 4) x (4, 5) GEMM per block, into the padded
+    # block's first 5 columns: at least the 6 Lloyd iterations' worth of rows are seen.
     assert out["rows"] >= 6 * X.shape[0]
     assert out["gflops"] > 0
 
