@@ -235,16 +235,19 @@ def packed_argmin(
 
 
 def hard_map(
-    D: torch.Tensor, row_offset: torch.Tensor | None = None, hint: torch.Tensor | None = None
+    D: torch.Tensor,
+    row_offset: torch.Tensor | None = None,
+    hint: torch.Tensor | None = None,
+    scratch: torch.Tensor | None = None,
 ) -> EStep:
     """One-hot argmin: plain Lloyd responsibilities.
 
     ``row_offset``: the true distances are ``D + row_offset[:, None]`` (the solver drops
-    ``||x||^2`` from its distance blocks, as no map depends on it). ``hint``: see
-    :func:`nearest`.
+    ``||x||^2`` from its distance blocks, as no map depends on it). ``hint`` and
+    ``scratch``: see :func:`nearest`.
     """
     D = _working_dtype(D)
-    _, min_dist, labels = nearest(D, row_offset, hint)
+    _, min_dist, labels = nearest(D, row_offset, hint, scratch)
     R = SparseResponsibilities.one_hot(labels, D.shape[1], D.dtype)
     return EStep(R, min_dist, min_dist, labels, 0)
 
@@ -255,6 +258,7 @@ def softmax_map(
     row_offset: torch.Tensor | None = None,
     hint: torch.Tensor | None = None,
     overwrite: bool = False,
+    scratch: torch.Tensor | None = None,
 ) -> EStep:
     """Gaussian RBF responsibilities ``softmax(-D / sigma)``, computed stably.
 
@@ -263,10 +267,10 @@ def softmax_map(
     and their row sum ``s`` in ``[1, k]``, so ``R = exp(z) / s`` and ``logsumexp = log s``
     are stable without ``logsumexp``'s own ``(rows, k)`` temporary. The largest
     responsibility is ``1 / s``, which counts the soft rows for free. ``overwrite``: the
-    responsibilities may take ``D``'s storage.
+    responsibilities may take ``D``'s storage. ``scratch``: see :func:`nearest`.
     """
     D = _working_dtype(D)
-    d_min, min_dist, labels = nearest(D, row_offset, hint)
+    d_min, min_dist, labels = nearest(D, row_offset, hint, scratch)
     R = D.sub_(d_min.unsqueeze(1)) if overwrite else D - d_min.unsqueeze(1)
     R.div_(-sigma).exp_()
     total = R.sum(dim=1)
@@ -395,6 +399,7 @@ def entmax15_map(
     row_offset: torch.Tensor | None = None,
     hint: torch.Tensor | None = None,
     overwrite: bool = False,
+    scratch: torch.Tensor | None = None,
 ) -> EStep:
     """Sparse ``entmax15(-D / sigma)``, exact, evaluated only where it is not one-hot.
 
@@ -404,11 +409,12 @@ def entmax15_map(
     centres when ``m``, the largest candidate count, is small (an exact top-m, nothing to
     check), on whole rows otherwise, by groups of rows (:func:`_entmax15_groups`); scores
     below the support bound are clamped so that they stay finite at any ``sigma``.
-    ``overwrite``: the soft rows' block may take ``D``'s storage.
+    ``overwrite``: the soft rows' block may take ``D``'s storage. ``scratch``: see
+    :func:`nearest`.
     """
     D = _working_dtype(D)
     k = D.shape[1]
-    d_min, min_dist, labels = nearest(D, row_offset, hint)
+    d_min, min_dist, labels = nearest(D, row_offset, hint, scratch)
     if k == 1:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
@@ -469,20 +475,21 @@ def responsibilities(
     row_offset: torch.Tensor | None = None,
     hint: torch.Tensor | None = None,
     overwrite: bool = False,
+    scratch: torch.Tensor | None = None,
 ) -> EStep:
     """Dispatch to the map named by ``assignment``.
 
     ``sigma <= 0``, or so small that it is 0 in the working precision, means hard: that is
-    the limit of both maps, and dividing by it would give NaN. ``row_offset`` and ``hint``:
-    see :func:`hard_map`. ``overwrite``: ``D`` is not needed afterwards, and the
-    responsibilities may take its storage instead of a block of their own.
+    the limit of both maps, and dividing by it would give NaN. ``row_offset``, ``hint`` and
+    ``scratch``: see :func:`hard_map`. ``overwrite``: ``D`` is not needed afterwards, and
+    the responsibilities may take its storage instead of a block of their own.
     """
     if assignment == "hard" or sigma < torch.finfo(_working_dtype(D).dtype).tiny:
-        return hard_map(D, row_offset, hint)
+        return hard_map(D, row_offset, hint, scratch)
     if assignment == "softmax":
-        return softmax_map(D, sigma, row_offset, hint, overwrite)
+        return softmax_map(D, sigma, row_offset, hint, overwrite, scratch)
     if assignment == "entmax15":
-        return entmax15_map(D, sigma, row_offset, hint, overwrite)
+        return entmax15_map(D, sigma, row_offset, hint, overwrite, scratch)
     raise ValueError(f"assignment must be one of {ASSIGNMENTS}, got {assignment!r}")
 
 

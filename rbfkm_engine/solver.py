@@ -217,6 +217,7 @@ class FixedPointIteration:
                 row_offset=x_sq,
                 hint=hint_for(rows),
                 overwrite=not need_spread,
+                scratch=self._reused_block("argmin keys", D.shape[0], D.shape[1], D.dtype),
             )
             self.min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
