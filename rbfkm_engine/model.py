@@ -36,6 +36,9 @@ from .init import kmeans_plusplus, random_init
 from .solver import Callback, FixedPointIteration, solve
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: ``fit`` centres the data when its mean's squared norm exceeds this times the total
+#: variance (see ``fit``).
+_CENTRE_ABOVE = 0.25
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
@@ -294,9 +297,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w: torch.Tensor | None,
         x_sq: torch.Tensor,
         generator: torch.Generator,
-        mean: torch.Tensor,
+        origin: torch.Tensor,
     ) -> torch.Tensor:
-        """Initial centres in the centred frame of ``X`` (``mean`` already subtracted)."""
+        """Initial centres in the frame of ``X`` (``origin`` already subtracted)."""
         if isinstance(self.init, str):
             if self.init == "k-means++":
                 return kmeans_plusplus(
@@ -315,7 +318,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         if not bool(torch.isfinite(C).all()):
             raise ValueError("init array contains NaN or infinity")
-        return (C - mean).to(X.dtype)
+        return (C - origin).to(X.dtype)
 
     def _grows_centres(self) -> bool:
         """Whether an annealed fit grows its centres by splitting from the mean.
@@ -325,8 +328,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """
         return isinstance(self.init, str)
 
-    def _schedule(self, X: torch.Tensor, w: torch.Tensor | None) -> list[float]:
-        """Temperatures for this fit (``X`` centred); empty for hard or degenerate data.
+    def _schedule(self, X: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor) -> list[float]:
+        """Temperatures for this fit (``mean``: of ``X``, float64); empty for hard or
+        degenerate data.
 
         Grown fits start from one centre and its twin, whose entmax15 critical temperature
         is that of 2 coincident centres, not of ``k``: starting at the latter would only
@@ -336,8 +340,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             return []
         needs_lambda = self.sigma0 == "auto" or self.sigma_min == "auto"
         if needs_lambda:
-            zero = torch.zeros(X.shape[1], dtype=torch.float64, device=X.device)
-            lambda_max = largest_eigenvalue(weighted_covariance(X, w, mean=zero))
+            lambda_max = largest_eigenvalue(weighted_covariance(X, w, mean=mean))
         else:
             lambda_max = 1.0
         if needs_lambda and lambda_max <= 0.0:
@@ -385,16 +388,24 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         w = self._weights(sample_weight, Xt)
         rng = check_random_state(self.random_state)
-        # Centre the data, as scikit-learn does: far from the origin the GEMM form of the
-        # distances loses every digit to ||x||^2 in float32.
         mean = weighted_mean(Xt, w)
-        Xt = _centred(Xt, X, mean)
-        x_sq = squared_norms(Xt)
-        # Mean per-feature variance: trace of the covariance / d, from the centred norms.
-        total = x_sq.sum(dtype=torch.float64) if w is None else (w.double() * x_sq).sum()
         weight = n if w is None else float(w.double().sum())
-        tol = float(self.tol) * float(total) / (weight * Xt.shape[1])
-        schedule = self._schedule(Xt, w)
+        x_sq = squared_norms(Xt)
+        spread = _weighted_total(x_sq, w) / weight - float(mean.square().sum())
+        origin = torch.zeros_like(mean)
+        if float(mean.square().sum()) > _CENTRE_ABOVE * spread:
+            # Far from the origin the GEMM form of the distances loses every digit to
+            # ||x||^2 in float32: centre the data, as scikit-learn does. Near it, centring
+            # would cost a copy of X and gain little: the rounding of the distances grows
+            # with ||x||^2 = ||x - mean||^2 + ||mean||^2 + ..., at most 1 + _CENTRE_ABOVE
+            # times the centred one's.
+            origin = mean
+            Xt = _centred(Xt, X, origin)
+            x_sq = squared_norms(Xt)
+            spread = _weighted_total(x_sq, w) / weight
+        # Mean per-feature variance: trace of the covariance / d.
+        tol = float(self.tol) * spread / Xt.shape[1]
+        schedule = self._schedule(Xt, w, mean - origin)
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None
@@ -403,7 +414,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
             grow = bool(schedule) and self._grows_centres()
-            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, mean)
+            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, origin)
             result = solve(
                 Xt,
                 w,
@@ -436,9 +447,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 stacklevel=2,
             )
         del Xt, x_sq
-        self._data_mean = mean.cpu().numpy()
+        self._origin = origin.cpu().numpy()
         self._centred_centers = best.centres.cpu().numpy()
-        self.cluster_centers_ = (best.centres.double().cpu().numpy() + self._data_mean).astype(
+        self.cluster_centers_ = (best.centres.double().cpu().numpy() + self._origin).astype(
             out_dtype
         )
         if self._inference_dtype(out_dtype) == _DTYPES[self.dtype]:
@@ -494,8 +505,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if dtype is not None:
             array = array.astype(_NUMPY_DTYPES[model.dtype])
         model.cluster_centers_ = np.ascontiguousarray(array)
-        model._data_mean = array.mean(axis=0, dtype=np.float64)
-        model._centred_centers = (array - model._data_mean).astype(_NUMPY_DTYPES[model.dtype])
+        model._origin = array.mean(axis=0, dtype=np.float64)
+        model._centred_centers = (array - model._origin).astype(_NUMPY_DTYPES[model.dtype])
         model.n_features_in_ = int(array.shape[1])
         model.sigma_ = float(sigma)
         model.n_iter_ = 0
@@ -510,7 +521,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "cluster_centers_")
         Xt, out_dtype = self._to_tensor(X, reset=False)
         wide = self._inference_dtype(out_dtype)
-        mean = torch.from_numpy(self._data_mean).to(Xt.device)
+        mean = torch.from_numpy(self._origin).to(Xt.device)
         if wide == _DTYPES[self.dtype]:
             C = torch.from_numpy(self._centred_centers).to(device=Xt.device, dtype=wide)
         else:
@@ -579,12 +590,20 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return -self._labels_inertia(X, sample_weight)[1]
 
 
+def _weighted_total(values: torch.Tensor, w: torch.Tensor | None) -> float:
+    """``sum_i w_i v_i`` in float64 (``w = 1`` when ``None``)."""
+    return float(values.sum(dtype=torch.float64) if w is None else (w.double() * values).sum())
+
+
 def _centred(Xt: torch.Tensor, source: Any, mean: torch.Tensor) -> torch.Tensor:
-    """``Xt - mean``, in place when ``Xt`` is a copy made here and not the caller's data.
+    """``Xt - mean``, in place when ``Xt`` is a copy made here and not the caller's data;
+    ``Xt`` itself when ``mean`` is 0 (a fit that did not centre).
 
     Converting the input (another dtype or device, a list, a strided array) already copied
     it; centring that copy in place keeps fit's memory at one copy of ``X``.
     """
+    if not bool(mean.any()):
+        return Xt
     mean = mean.to(Xt.dtype)
     if _may_share_memory(Xt, source):
         return Xt - mean

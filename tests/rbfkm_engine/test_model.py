@@ -338,6 +338,23 @@ def test_labels_equal_predict_far_from_the_origin(assignment: str) -> None:
     np.testing.assert_allclose(m.score(X), -m.inertia_, rtol=1e-4)
 
 
+@pytest.mark.parametrize("ratio", (0.0, 0.1, 1.0, 100.0))
+def test_fit_centres_only_data_far_from_the_origin(ratio: float) -> None:
+    # ratio: squared norm of the mean over the total variance. Near the origin centring would
+    # only copy X; far from it, it keeps the distances' digits. Either way the fit is the
+    # same, in the data's own coordinates.
+    data = well_separated_blobs(n=300, k=4, d=2, seed=0)
+    X0 = data.X - data.X.mean(axis=0)
+    total_variance = float((X0**2).sum(axis=1).mean())
+    shift = np.sqrt(ratio * total_variance / X0.shape[1])
+    m0 = model(n_clusters=4, assignment="hard").fit(X0)
+    m = model(n_clusters=4, assignment="hard").fit(X0 + shift)
+    assert bool(np.any(m._origin != 0)) == (ratio > 0.25)
+    np.testing.assert_array_equal(m.labels_, m0.labels_)
+    np.testing.assert_array_equal(m.labels_, m.predict(X0 + shift))
+    np.testing.assert_allclose(m.cluster_centers_ - shift, m0.cluster_centers_, atol=1e-4)
+
+
 @pytest.mark.parametrize("offset", (1e3, 1e4))
 @pytest.mark.parametrize("assignment", ("hard", "entmax15"))
 def test_inertia_is_accurate_far_from_the_origin(assignment: str, offset: float) -> None:
