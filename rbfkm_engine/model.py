@@ -258,7 +258,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             dtype = torch.float64 if array.dtype == np.float64 else torch.float32
         with warnings.catch_warnings():
             # A read-only array (a memory-mapped file) is fine: fit and predict never write
-            # to it, they work on a centred copy.
+            # to it (centring, where they centre, makes a copy).
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             tensor = torch.from_numpy(array)
         return tensor.to(device=device, dtype=dtype), array.dtype
