@@ -150,6 +150,7 @@ class EStep:
     min_dist: torch.Tensor  # (m,) squared distance to the nearest centre
     labels: torch.Tensor  # (m,) nearest centre
     n_soft: int  # points whose responsibility is not (numerically) one-hot
+    soft_index: torch.Tensor | None = None  # (n_soft,) those points' rows, when any
 
 
 def _working_dtype(D: torch.Tensor) -> torch.Tensor:
@@ -277,8 +278,8 @@ def softmax_map(
     R.div_(total.unsqueeze(1))
     lse = total.log()
     energy = min_dist - sigma * lse
-    n_soft = int((lse > 1e-6).sum())
-    return EStep(R, energy, min_dist, labels, n_soft)
+    soft_index = torch.nonzero(lse > 1e-6).squeeze(1)
+    return EStep(R, energy, min_dist, labels, int(soft_index.shape[0]), soft_index)
 
 
 def _pack_candidates(
@@ -465,7 +466,8 @@ def entmax15_map(
     first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
     first[soft_rows] = 0.0
     R = SparseResponsibilities(labels, first, soft_rows, p, k, *packed)
-    return EStep(R, energy, min_dist, labels, int((support > 1).sum()))
+    soft_index = soft_rows[support > 1]
+    return EStep(R, energy, min_dist, labels, int(soft_index.shape[0]), soft_index)
 
 
 def responsibilities(

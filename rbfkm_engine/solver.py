@@ -27,10 +27,27 @@ import torch
 from .assign import EStep, SparseResponsibilities, nearest, responsibilities
 from .distances import iter_chunks, squared_distances, squared_norms
 from .init import sample_proportional
-from .swaps import SWAP_CANDIDATES, SWAP_MIN_GAIN, SWAP_PATIENCE, SWAP_TRIALS, swap_costs
+from .swaps import (
+    HARTIGAN_ROUNDS,
+    SPLIT_MERGE_TRIALS,
+    SPLIT_POWER_ITERATIONS,
+    SPLIT_TWO_MEANS_ITERATIONS,
+    SWAP_CANDIDATES,
+    SWAP_MIN_GAIN,
+    SWAP_PATIENCE,
+    SWAP_TRIALS,
+    hartigan_targets,
+    ranked_split_merges,
+    removal_costs,
+    split_gain,
+    swap_costs,
+)
 
-#: Annealing hands over to Lloyd once at most this fraction of the points is still soft.
-SOFT_FRACTION_STOP = 1e-3
+#: Annealing hands over to Lloyd once at most this fraction of the points (by weight) is
+#: still soft: the M-step is then the K-Means one but for those few points, and the colder
+#: temperatures would only repeat Lloyd at the price of an entmax pass each (on the hard
+#: set, half of the temperatures).
+SOFT_FRACTION_STOP = 3e-2
 #: Share of ``max_iter`` kept for the final Lloyd phase.
 LLOYD_SHARE = 0.2
 #: A new twin is displaced by this fraction of its cluster's rms radius ...
@@ -43,6 +60,8 @@ _ROW_REDUCTION_WIDTH = 16
 #: 16 n)`` points farthest from the centres first (``FixedPointIteration._farthest_first``).
 _FARTHEST_CANDIDATES = 1024
 _FARTHEST_GROWTH = 8
+#: A trial's Lloyd phase may be abandoned after this many iterations (``_bound_to_end_above``).
+TRIAL_CHECK_AFTER = 3
 #: Fixed-point iterations at one temperature at most. Warm starts make few enough: on the
 #: benchmarks' hard set every temperature spends the cap (the shift stays above ``tol``),
 #: yet 2 instead of 3 reaches the same or lower inertia there and on digits, in about a
@@ -72,6 +91,7 @@ class IterationStats:
     inertia: float
     mean_nnz: float
     n_soft: int
+    soft_weight: float  # weight of the n_soft points
     spread: torch.Tensor  # per centre: sum_i w_i R_ij D_ij
 
 
@@ -203,6 +223,7 @@ class FixedPointIteration:
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         nnz = 0
         n_soft = 0
+        soft_weight = 0.0
         c_sq = squared_norms(C).unsqueeze(0)
         hints = self._labels_for == C.shape[0]
 
@@ -230,6 +251,10 @@ class FixedPointIteration:
             R = e.responsibilities
             nnz += _count_nonzeros(R, twins_from)
             n_soft += e.n_soft
+            if wc is None or e.soft_index is None:
+                soft_weight += e.n_soft
+            else:
+                soft_weight += float(wc[e.soft_index].sum())
             _accumulate(num, den, Xc, wc, R)
             if need_spread:
                 _accumulate_spread(spread, D, x_sq, e, wc)
@@ -239,6 +264,7 @@ class FixedPointIteration:
             inertia=float(inertia),
             mean_nnz=nnz / X.shape[0],
             n_soft=n_soft,
+            soft_weight=soft_weight,
             spread=spread,
         )
         return num, den, stats
@@ -301,6 +327,7 @@ class FixedPointIteration:
             inertia=total,
             mean_nnz=1.0,
             n_soft=0,
+            soft_weight=0.0,
             spread=torch.zeros(C.shape[0], dtype=C.dtype, device=C.device),
         )
         # A cluster that lost all its points can keep a rounding residue of its weights.
@@ -447,6 +474,95 @@ class FixedPointIteration:
             num.addmm_(taken.T, self.X[rows])
             den.add_(taken.sum(dim=0))
         return torch.where((den > 0).unsqueeze(1), num / den.clamp_min(1e-300).unsqueeze(1), P)
+
+    def removal_costs(self, second: torch.Tensor) -> torch.Tensor:
+        """``(k,)`` inertia added by deleting each centre, at the labels and distances of
+        the last :meth:`two_nearest` (see :mod:`.swaps`)."""
+        w = self.w
+        return removal_costs(self.min_dist, second, self.labels, w, self.k)
+
+    def cluster_halves(
+        self, C: torch.Tensor, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every cluster of the last pass's ``labels`` split in two: the halves' means
+        ``(k, 2, d)`` and weights ``(k, 2)``, for all clusters at once.
+
+        The halves start on either side of the cluster's principal axis through ``C`` (a
+        few power iterations of its scatter matrix, from a random direction) and are
+        refined by 2-means within the cluster. Each step is one pass of ``O(n d)``: the
+        point's own centre and axis are gathered by label, the sums made by
+        ``index_add_`` over ``2 k`` slots.
+        """
+        k, d = C.shape
+        X, w, labels = self.X, self.w, self.labels
+        device = C.device if generator is None else generator.device
+        axis = torch.randn((k, d), generator=generator, dtype=torch.float64, device=device)
+        axis = axis.to(device=C.device, dtype=C.dtype)
+        for _ in range(SPLIT_POWER_ITERATIONS):
+            scatter = torch.zeros_like(C)
+            axis = axis / axis.norm(dim=1, keepdim=True).clamp_min(1e-30)
+            for rows in iter_chunks(X.shape[0], self.chunk_size):
+                lab = labels[rows]
+                offset = X[rows] - C[lab]
+                proj = (offset * axis[lab]).sum(dim=1)
+                if w is not None:
+                    proj.mul_(w[rows])
+                scatter.index_add_(0, lab, offset.mul_(proj.unsqueeze(1)))
+            axis = torch.where(scatter.norm(dim=1, keepdim=True) > 0, scatter, axis)
+        # Side of each point: first along the axis, then by the nearer half's mean.
+        normal, offset_at = axis, (axis * C).sum(dim=1)
+        for _ in range(SPLIT_TWO_MEANS_ITERATIONS + 1):
+            sums = torch.zeros((2 * k, d), dtype=C.dtype, device=C.device)
+            mass = torch.zeros(2 * k, dtype=C.dtype, device=C.device)
+            for rows in iter_chunks(X.shape[0], self.chunk_size):
+                lab = labels[rows]
+                Xc = X[rows]
+                side = ((Xc * normal[lab]).sum(dim=1) > offset_at[lab]).long()
+                slot = side.add_(lab, alpha=2)
+                if w is None:
+                    sums.index_add_(0, slot, Xc)
+                    mass += torch.bincount(slot, minlength=2 * k).to(C.dtype)
+                else:
+                    sums.index_add_(0, slot, Xc * w[rows].unsqueeze(1))
+                    mass.index_add_(0, slot, w[rows])
+            halves = (sums / mass.clamp_min(1e-30).unsqueeze(1)).view(k, 2, d)
+            halves = torch.where(mass.view(k, 2, 1) > 0, halves, C.unsqueeze(1))
+            # Nearer to half 1 than to half 0: x . (s1 - s0) > (|s1|^2 - |s0|^2) / 2.
+            normal = halves[:, 1] - halves[:, 0]
+            offset_at = 0.5 * (squared_norms(halves[:, 1]) - squared_norms(halves[:, 0]))
+        return halves, mass.view(k, 2)
+
+    def label_means(self, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Means and weights of the clusters of ``labels``; an empty one keeps ``C``'s row."""
+        num = torch.zeros_like(C)
+        mass = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            lab = self.labels[rows]
+            if self.w is None:
+                num.index_add_(0, lab, self.X[rows])
+                mass += torch.bincount(lab, minlength=C.shape[0]).to(C.dtype)
+            else:
+                num.index_add_(0, lab, self.X[rows] * self.w[rows].unsqueeze(1))
+                mass.index_add_(0, lab, self.w[rows])
+        means = torch.where((mass > 0).unsqueeze(1), num / mass.clamp_min(1e-30).unsqueeze(1), C)
+        return means, mass
+
+    def hartigan_moves(self, means: torch.Tensor, mass: torch.Tensor) -> int:
+        """Move every point of ``labels`` that a Hartigan step would move, all at once.
+
+        ``means`` and ``mass``: of the clusters of ``labels`` (:meth:`label_means`).
+        Returns the number of points moved (see :func:`~rbfkm_engine.swaps.hartigan_targets`).
+        """
+        c_sq = squared_norms(means)
+        moved = 0
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = self._distances(rows, means, c_sq, with_norms=True)
+            wc = None if self.w is None else self.w[rows]
+            lab = self.labels[rows]
+            new = hartigan_targets(D, lab, mass, wc)
+            moved += int((new != lab).sum())
+            self.labels[rows] = new
+        return moved
 
     def swap_costs(self, P: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
         """``(k, B)`` inertia after replacing centre ``j`` by candidate centre ``P[b]``, at
@@ -653,6 +769,19 @@ def anneal(
         )
         return centres + PERTURB * radius2.clamp_min(0.0).sqrt().unsqueeze(1) * u
 
+    def rescaled_twins(
+        centres: torch.Tensor, twins: torch.Tensor, radius2: torch.Tensor
+    ) -> torch.Tensor:
+        # Above its critical temperature the fixed-point map shrinks a twin's offset most
+        # slowly along the cluster's principal axis: a power iteration, whose direction
+        # is kept and only its length reset to PERTURB radii. A fresh random offset would
+        # start that alignment again and split the pair several temperatures late.
+        offset = twins - centres
+        norm = offset.norm(dim=1, keepdim=True)
+        fresh = new_twins(centres, radius2)
+        scale = PERTURB * radius2.clamp_min(0.0).sqrt().unsqueeze(1) / norm.clamp_min(1e-300)
+        return torch.where(norm > 0, centres + offset * scale, fresh)
+
     if split and k > 1:
         _, den, stats = fp.step(C, schedule[0], assignment, need_spread=True)
         twins = new_twins(C, stats.spread / den.clamp_min(1e-300))
@@ -722,16 +851,19 @@ def anneal(
                     keep[chosen] = False
                     twins = torch.where(keep.unsqueeze(1), torch.cat([twins, fresh[m:]]), fresh)
             else:
-                # Twins still moving apart keep going; collapsed ones are displaced again.
+                # Twins still moving apart keep going; collapsed ones are pushed back out
+                # along their offset, which the iterations have turned towards the
+                # direction the pair splits along (see rescaled_twins).
                 collapsed = sep2 < PERTURB**2 * radius2
-                twins = torch.where(collapsed.unsqueeze(1), new_twins(C, radius2), twins)
+                rescaled = rescaled_twins(C, twins, radius2)
+                twins = torch.where(collapsed.unsqueeze(1), rescaled, twins)
         if verbose:
             print(
                 f"sigma={sigma:.4g} iters={iters} centres={C.shape[0]} "
                 f"J={stats.objective:.6g} inertia={stats.inertia:.6g} "
                 f"nnz/row={stats.mean_nnz:.3g} soft={stats.n_soft}"
             )
-        if twins is None and stats.n_soft <= SOFT_FRACTION_STOP * fp.X.shape[0]:
+        if twins is None and stats.soft_weight <= SOFT_FRACTION_STOP * fp.total_weight:
             break
     if C.shape[0] < k:
         C = fp.add_farthest(C, k - C.shape[0])
@@ -764,6 +896,25 @@ def _coincident_survivors(C: torch.Tensor, radius2: torch.Tensor) -> torch.Tenso
     return keep
 
 
+def _bound_to_end_above(inertias: list[float], level: float) -> bool:
+    """Whether a Lloyd phase with these inertias so far will likely end above ``level``.
+
+    Lloyd's inertia falls by shrinking steps, about geometrically once the labels settle:
+    after ``TRIAL_CHECK_AFTER`` iterations the remaining fall is estimated as the last
+    step times ``r / (1 - r)``, ``r`` the ratio of the last two steps (doubled, to err on
+    the side of going on). A phase already below ``level`` always goes on.
+    """
+    if len(inertias) < TRIAL_CHECK_AFTER:
+        return False
+    before, last = inertias[-3] - inertias[-2], inertias[-2] - inertias[-1]
+    if inertias[-1] < level or before <= 0.0 or last < 0.0:
+        return False
+    ratio = 2.0 * last / before
+    if ratio >= 1.0:
+        return False
+    return inertias[-1] - last * ratio / (1.0 - ratio) >= level
+
+
 def lloyd(
     fp: FixedPointIteration,
     C: torch.Tensor,
@@ -773,10 +924,16 @@ def lloyd(
     history: list[dict[str, float]],
     verbose: bool,
     phase: str = "lloyd",
+    abandon_above: float | None = None,
 ) -> tuple[torch.Tensor, bool]:
-    """Hard iterations until the centres move less than ``tol`` (a K-Means fixed point)."""
+    """Hard iterations until the centres move less than ``tol`` (a K-Means fixed point).
+
+    ``abandon_above``: a trial's Lloyd phase stops, unconverged, once its inertia is
+    bound to end above this (see :func:`_bound_to_end_above`).
+    """
     converged = False
     iters = 0
+    seen: list[float] = []
     if budget.lloyd_from is None:
         budget.lloyd_from = budget.n_iter
     room = max(1, budget.max_iter - budget.lloyd_from)
@@ -793,6 +950,9 @@ def lloyd(
         # cannot move (every point coincides with a centre) this is still a fixed point.
         if shift <= tol:
             converged = True
+            break
+        seen.append(last.objective)
+        if abandon_above is not None and _bound_to_end_above(seen, abandon_above):
             break
     if last is not None:
         _record(history, 0.0, last, iters)
@@ -828,8 +988,22 @@ def refine(
     if fp.k < 2:
         return C
     second, inertia = fp.two_nearest(C)
+    C, second, inertia, swaps = _split_merges(
+        fp,
+        C,
+        second,
+        inertia,
+        tol=tol,
+        budget=budget,
+        history=history,
+        generator=generator,
+        verbose=verbose,
+    )
+    C, second, inertia, kept = _hartigan(
+        fp, C, second, inertia, tol=tol, budget=budget, history=history, verbose=verbose
+    )
+    swaps += kept
     failures = 0
-    swaps = 0
     trials = SWAP_TRIALS
     while failures < SWAP_PATIENCE and not budget.stopped and budget.n_iter < budget.max_iter:
         score = fp.min_dist if fp.w is None else fp.w * fp.min_dist
@@ -847,26 +1021,138 @@ def refine(
             trials -= 1
         trial = C.clone()
         trial[j] = P[b].to(C.dtype)
-        fp.forget()
-        records = len(history)
-        trial, converged = lloyd(
-            fp, trial, tol=tol, budget=budget, history=history, verbose=verbose, phase="swap"
+        C, second, inertia, kept, converged = _settle(
+            fp, C, second, inertia, trial, tol=tol, budget=budget, history=history, verbose=verbose
         )
-        second_new, inertia_new = fp.two_nearest(trial)
-        if not converged or not inertia_new < (1.0 - SWAP_MIN_GAIN) * inertia:
-            del history[records:]  # the abandoned Lloyd phase
-            second, _ = fp.two_nearest(C)
+        if not kept:
             failures += 1
             if not converged:
                 break
             continue
-        C, second, inertia = trial, second_new, inertia_new
         failures = 0
         swaps += 1
     if verbose:
         print(f"swaps={swaps} inertia={inertia:.6g}")
     fp.forget()
     return C
+
+
+def _settle(
+    fp: FixedPointIteration,
+    C: torch.Tensor,
+    second: torch.Tensor,
+    inertia: float,
+    trial: torch.Tensor,
+    *,
+    tol: float,
+    budget: _Budget,
+    history: list[dict[str, float]],
+    verbose: bool,
+) -> tuple[torch.Tensor, torch.Tensor, float, bool, bool]:
+    """Lloyd from ``trial``, kept when it converges to a fixed point better than ``C``.
+
+    Returns the centres, their second-nearest distances and inertia (``fp`` holds their
+    labels), whether the trial was kept and whether its Lloyd phase converged. An
+    abandoned trial leaves no record in ``history``.
+    """
+    fp.forget()
+    records = len(history)
+    level = (1.0 - SWAP_MIN_GAIN) * inertia
+    trial, converged = lloyd(
+        fp,
+        trial,
+        tol=tol,
+        budget=budget,
+        history=history,
+        verbose=verbose,
+        phase="swap",
+        abandon_above=level,
+    )
+    if not converged and not budget.stopped and budget.n_iter < budget.max_iter:
+        # Abandoned on the way: no better fixed point to be had from it.
+        del history[records:]
+        second, _ = fp.two_nearest(C)
+        return C, second, inertia, False, True
+    second_new, inertia_new = fp.two_nearest(trial)
+    if converged and inertia_new < level:
+        return trial, second_new, inertia_new, True, True
+    del history[records:]
+    second, _ = fp.two_nearest(C)
+    return C, second, inertia, False, converged
+
+
+def _hartigan(
+    fp: FixedPointIteration,
+    C: torch.Tensor,
+    second: torch.Tensor,
+    inertia: float,
+    *,
+    tol: float,
+    budget: _Budget,
+    history: list[dict[str, float]],
+    verbose: bool,
+) -> tuple[torch.Tensor, torch.Tensor, float, bool]:
+    """Batches of Hartigan moves from the labels of ``C`` (see :mod:`.swaps`), then Lloyd,
+    kept when that fixed point is better. Returns as :func:`_settle`, and whether kept."""
+    means, mass = fp.label_means(C)
+    for _ in range(HARTIGAN_ROUNDS):
+        if fp.hartigan_moves(means, mass) == 0:
+            break
+        means, mass = fp.label_means(means)
+    if torch.equal(means, C):
+        return C, second, inertia, False
+    C, second, inertia, kept, _ = _settle(
+        fp, C, second, inertia, means, tol=tol, budget=budget, history=history, verbose=verbose
+    )
+    if verbose:
+        print(f"hartigan kept={kept} inertia={inertia:.6g}")
+    return C, second, inertia, kept
+
+
+def _split_merges(
+    fp: FixedPointIteration,
+    C: torch.Tensor,
+    second: torch.Tensor,
+    inertia: float,
+    *,
+    tol: float,
+    budget: _Budget,
+    history: list[dict[str, float]],
+    generator: torch.Generator | None,
+    verbose: bool,
+) -> tuple[torch.Tensor, torch.Tensor, float, int]:
+    """Split-merge moves (see :mod:`.swaps`) while one reaches a better fixed point.
+
+    At each fixed point the ``SPLIT_MERGE_TRIALS`` best-priced moves are tried in turn
+    with Lloyd; the first that ends better is kept and the search starts again from it.
+    Returns the centres, second-nearest distances, inertia and the number of moves kept.
+    """
+    kept_moves = 0
+    moves: list[tuple[int, int]] | None = None
+    failures = 0
+    while not budget.stopped and budget.n_iter < budget.max_iter:
+        if moves is None:
+            halves, mass = fp.cluster_halves(C, generator)
+            gain = split_gain(mass, halves)
+            moves = ranked_split_merges(gain, fp.removal_costs(second), SPLIT_MERGE_TRIALS)
+        if failures >= len(moves):
+            break
+        j, c = moves[failures]
+        trial = C.clone()
+        trial[c], trial[j] = halves[c, 0], halves[c, 1]
+        C, second, inertia, kept, converged = _settle(
+            fp, C, second, inertia, trial, tol=tol, budget=budget, history=history, verbose=verbose
+        )
+        if kept:
+            kept_moves += 1
+            moves, failures = None, 0
+        else:
+            failures += 1
+            if not converged:
+                break
+    if verbose:
+        print(f"split-merges={kept_moves} inertia={inertia:.6g}")
+    return C, second, inertia, kept_moves
 
 
 def solve(

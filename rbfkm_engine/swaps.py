@@ -26,21 +26,50 @@ swap that pays at once, while about a third of its best-priced swaps reach a bet
 point after Lloyd. The solver therefore also tries a few (``SWAP_TRIALS``) of the
 best-priced swaps that do not pay at once, and keeps one only if its fixed point is
 better.
+
+A point swap moves a centre to where one point draws a cluster of its own. A poor fixed
+point of the other common kind has two centres sharing one natural cluster and one centre
+covering two: there the better move is a *split-merge*, which deletes centre ``j`` (its
+points go to their second-nearest centre, at the exact cost
+``sum_{l_i = j} w_i (d2_i - d1_i)``, :func:`removal_costs`) and puts it into cluster
+``c``, split in two by 2-means. The split lowers the inertia by the between-halves sum of
+squares
+
+.. math::
+
+    \\mathrm{gain}(c) = \\frac{M_0 M_1}{M_0 + M_1} \\|s_0 - s_1\\|^2,
+
+(``M_h``, ``s_h``: weight and mean of each half), so ``gain(c) - removal(j)`` prices the
+move before any other centre moves (:func:`ranked_split_merges`). On digits, the move so
+priced best reaches the best known fixed point from each poor one seen, although it never
+pays at once; the solver tries the best few with Lloyd and keeps one only if its fixed
+point is better.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 #: Candidate points priced per round.
 SWAP_CANDIDATES = 16
 #: The search stops after this many rounds in a row without a swap that pays.
-SWAP_PATIENCE = 10
+SWAP_PATIENCE = 3
 #: Swaps that do not pay at once but are tried anyway, with Lloyd to a new fixed point.
-SWAP_TRIALS = 4
+SWAP_TRIALS = 1
 #: A swap must lower the inertia by more than this fraction (float32 distances carry
 #: rounding of about 1e-7 relative to ``||x||^2``).
 SWAP_MIN_GAIN = 1e-5
+#: Split-merge moves tried with Lloyd in a row without a better fixed point, at most.
+SPLIT_MERGE_TRIALS = 3
+#: Power iterations for each cluster's principal axis, then 2-means iterations.
+SPLIT_POWER_ITERATIONS = 3
+SPLIT_TWO_MEANS_ITERATIONS = 3
+#: Batches of Hartigan moves at most before the Lloyd phase that settles them.
+HARTIGAN_ROUNDS = 10
+#: A Hartigan move must lower its point's cost by more than this fraction (rounding).
+HARTIGAN_MIN_GAIN = 1e-6
 
 
 def swap_costs(
@@ -77,3 +106,67 @@ def swap_costs(
     )
     delta.index_add_(0, labels, without.double())
     return base, delta
+
+
+def removal_costs(
+    nearest: torch.Tensor,
+    second: torch.Tensor,
+    labels: torch.Tensor,
+    weights: torch.Tensor | None,
+    n_clusters: int,
+) -> torch.Tensor:
+    """One block's share of the inertia added by deleting each centre, ``(k,)`` float64.
+
+    Deleting centre ``j`` sends its points to their second-nearest centre.
+    """
+    extra = (second - nearest).double()
+    if weights is not None:
+        extra = extra * weights.double()
+    cost = torch.zeros(n_clusters, dtype=torch.float64, device=nearest.device)
+    return cost.index_add_(0, labels, extra)
+
+
+def split_gain(mass: torch.Tensor, halves: torch.Tensor) -> torch.Tensor:
+    """``(k,)`` inertia removed by splitting each cluster into its two halves.
+
+    ``mass``: ``(k, 2)`` weights of the halves; ``halves``: ``(k, 2, d)`` their means.
+    """
+    m = mass.double()
+    total = m.sum(dim=1)
+    between = ((halves[:, 0] - halves[:, 1]).double() ** 2).sum(dim=1)
+    return torch.where(total > 0, m[:, 0] * m[:, 1] / total.clamp_min(1e-300), 0.0) * between
+
+
+def ranked_split_merges(
+    gain: torch.Tensor, removal: torch.Tensor, n_moves: int
+) -> list[tuple[int, int]]:
+    """The ``n_moves`` best-priced moves ``(j, c)``: delete ``j``, split ``c`` (``j != c``),
+    best first, among the moves that split a cluster at all."""
+    score = gain.unsqueeze(0) - removal.unsqueeze(1)  # score[j, c]
+    score.fill_diagonal_(-math.inf)
+    score[:, gain <= 0] = -math.inf
+    k = gain.shape[0]
+    flat = torch.argsort(score.flatten(), descending=True)[:n_moves]
+    return [(int(f) // k, int(f) % k) for f in flat.tolist() if score.flatten()[f] > -math.inf]
+
+
+def hartigan_targets(
+    D: torch.Tensor, labels: torch.Tensor, mass: torch.Tensor, weights: torch.Tensor | None
+) -> torch.Tensor:
+    """One block's labels after a batch of Hartigan moves.
+
+    ``D``: ``(m, k)`` true squared distances to the cluster means, ``mass``: ``(k,)`` the
+    clusters' weights. A point moves to the cluster ``j`` that minimises
+    ``M_j / (M_j + w) D_j`` when that is below ``M_l / (M_l - w) D_l``, its own cluster's
+    (a cluster never gives up its last point).
+    """
+    w = torch.ones_like(D[:, 0]) if weights is None else weights.to(D.dtype)
+    own_mass = mass[labels]
+    rest = own_mass - w
+    own = D.gather(1, labels.unsqueeze(1)).squeeze(1)
+    leave = own * own_mass / rest.clamp_min(1e-30)
+    join = D * (mass.unsqueeze(0) / (mass.unsqueeze(0) + w.unsqueeze(1)))
+    join.scatter_(1, labels.unsqueeze(1), math.inf)
+    best, target = join.min(dim=1)
+    move = (best < (1.0 - HARTIGAN_MIN_GAIN) * leave) & (rest > 0) & (w > 0)
+    return torch.where(move, target, labels)

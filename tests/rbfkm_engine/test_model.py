@@ -18,6 +18,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from rbfkm_engine import FitProgress, RBFKMeans
 from rbfkm_engine.anneal import SIGMA_MIN_RATIO
+from rbfkm_engine.solver import SOFT_FRACTION_STOP
 
 from .conftest import Dataset, well_separated_blobs
 
@@ -429,18 +430,18 @@ def test_entmax_history_support_shrinks(blobs: Dataset) -> None:
     assert nnz[-1] == pytest.approx(1.0)
 
 
-def test_entmax_stops_annealing_once_exactly_hard(shape_dataset: Dataset) -> None:
-    # Below half the gap of every point entmax15 is exactly one-hot, so its fixed point is
-    # the K-Means one: annealing stops there (well before sigma_min) and the Lloyd phase
-    # only confirms it (the swaps after it may find another fixed point).
+def test_entmax_hands_over_to_lloyd_once_nearly_hard(shape_dataset: Dataset) -> None:
+    # Below half the gap of a point entmax15 is exactly one-hot for it. Annealing hands
+    # over to Lloyd once all but SOFT_FRACTION_STOP of the points are (well before
+    # sigma_min): their responsibilities are already the K-Means ones.
     X = shape_dataset.X
-    m = model(n_clusters=4, assignment="entmax15").fit(X)
+    k = 4
+    m = model(n_clusters=k, assignment="entmax15").fit(X)
     lam = np.linalg.eigvalsh(np.cov(X.T, bias=True)).max()
     annealed = [r for r in m.history_ if r["sigma"] > 0]
-    assert annealed[-1]["mean_nnz"] == 1.0
+    assert 1.0 <= annealed[-1]["mean_nnz"] <= 1.0 + (k - 1) * SOFT_FRACTION_STOP
     assert m.sigma_ > 10 * SIGMA_MIN_RATIO * 2 * lam  # well above the "auto" sigma_min
     assert m.history_[len(annealed)]["sigma"] == 0.0
-    assert m.history_[len(annealed)]["iterations"] <= 2
 
 
 def test_auto_sigma0_starts_above_critical_temperature(blobs: Dataset) -> None:
