@@ -373,8 +373,9 @@ def _entmax15_groups(
         tsallis=p.new_empty(n_rows),
         support=torch.empty(n_rows, dtype=torch.int32, device=p.device),
     )
-    partial = p.device.type == "cpu"
     group = _group_rows(width, p.element_size())
+    # Nothing to gain from a partial sort when the rows are narrow or fit in one group.
+    partial = p.device.type == "cpu" and width > _PARTIAL_SORT_STEP and n_rows > group
     bounds = [0, max(1, group // _FIRST_GROUP_SHARE) if partial else group]
     while bounds[-1] < n_rows:
         bounds.append(bounds[-1] + group)

@@ -22,8 +22,16 @@ CPU_BLOCK_BYTES = 8 * 1024**2
 MAX_CHUNK_ROWS = 65_536
 
 
+#: ``squared_norms`` of fewer elements than this squares a copy, up to twice as fast as
+#: ``einsum`` there (its fixed cost is about 15 us); from it on, ``einsum`` spares a copy
+#: of ``X`` that would count in the fit's peak memory.
+_EINSUM_FROM = 1 << 20
+
+
 def squared_norms(X: torch.Tensor) -> torch.Tensor:
     """Row-wise squared norms ``||x_i||^2`` (shape ``(n,)``)."""
+    if X.numel() < _EINSUM_FROM:
+        return X.square().sum(dim=1)
     return torch.einsum("ij,ij->i", X, X)
 
 

@@ -489,25 +489,36 @@ class FixedPointIteration:
 
         The halves start on either side of the cluster's principal axis through ``C`` (a
         few power iterations of its scatter matrix, from a random direction) and are
-        refined by 2-means within the cluster. Each step is one pass of ``O(n d)``: the
-        point's own centre and axis are gathered by label, the sums made by
-        ``index_add_`` over ``2 k`` slots.
+        refined by 2-means within the cluster. Each step is one pass: a point's projection
+        on its own cluster's axis is a column of an ``(n, k)`` GEMM, the sums are made by
+        ``index_add_`` over ``k`` or ``2 k`` slots.
         """
         k, d = C.shape
         X, w, labels = self.X, self.w, self.labels
         device = C.device if generator is None else generator.device
         axis = torch.randn((k, d), generator=generator, dtype=torch.float64, device=device)
         axis = axis.to(device=C.device, dtype=C.dtype)
+
+        def own_projection(rows: slice, V: torch.Tensor) -> torch.Tensor:
+            # x_i . V[label_i] for the block: a (rows, k) GEMM and a gather, cheaper than
+            # gathering a (rows, d) block of V's rows.
+            lab = labels[rows].unsqueeze(1)
+            return torch.mm(X[rows], V.T).gather(1, lab).squeeze(1)
+
         for _ in range(SPLIT_POWER_ITERATIONS):
-            scatter = torch.zeros_like(C)
+            # scatter_c v = sum_i w_i (x_i - c) (x_i - c) . v over the cluster's points
             axis = axis / axis.norm(dim=1, keepdim=True).clamp_min(1e-30)
+            along = torch.zeros_like(C)  # sum_i w_i x_i (x_i - c) . v
+            weight_along = torch.zeros(k, dtype=C.dtype, device=C.device)
+            c_along = (C * axis).sum(dim=1)
             for rows in iter_chunks(X.shape[0], self.chunk_size):
                 lab = labels[rows]
-                offset = X[rows] - C[lab]
-                proj = (offset * axis[lab]).sum(dim=1)
+                proj = own_projection(rows, axis).sub_(c_along[lab])
                 if w is not None:
                     proj.mul_(w[rows])
-                scatter.index_add_(0, lab, offset.mul_(proj.unsqueeze(1)))
+                along.index_add_(0, lab, X[rows] * proj.unsqueeze(1))
+                weight_along.index_add_(0, lab, proj)
+            scatter = along - C * weight_along.unsqueeze(1)
             axis = torch.where(scatter.norm(dim=1, keepdim=True) > 0, scatter, axis)
         # Side of each point: first along the axis, then by the nearer half's mean.
         normal, offset_at = axis, (axis * C).sum(dim=1)
@@ -516,14 +527,13 @@ class FixedPointIteration:
             mass = torch.zeros(2 * k, dtype=C.dtype, device=C.device)
             for rows in iter_chunks(X.shape[0], self.chunk_size):
                 lab = labels[rows]
-                Xc = X[rows]
-                side = ((Xc * normal[lab]).sum(dim=1) > offset_at[lab]).long()
+                side = (own_projection(rows, normal) > offset_at[lab]).long()
                 slot = side.add_(lab, alpha=2)
                 if w is None:
-                    sums.index_add_(0, slot, Xc)
+                    sums.index_add_(0, slot, X[rows])
                     mass += torch.bincount(slot, minlength=2 * k).to(C.dtype)
                 else:
-                    sums.index_add_(0, slot, Xc * w[rows].unsqueeze(1))
+                    sums.index_add_(0, slot, X[rows] * w[rows].unsqueeze(1))
                     mass.index_add_(0, slot, w[rows])
             halves = (sums / mass.clamp_min(1e-30).unsqueeze(1)).view(k, 2, d)
             halves = torch.where(mass.view(k, 2, 1) > 0, halves, C.unsqueeze(1))
@@ -1052,9 +1062,11 @@ def _settle(
     """Lloyd from ``trial``, kept when it converges to a fixed point better than ``C``.
 
     Returns the centres, their second-nearest distances and inertia (``fp`` holds their
-    labels), whether the trial was kept and whether its Lloyd phase converged. An
-    abandoned trial leaves no record in ``history``.
+    labels), whether the trial was kept and whether its Lloyd phase converged. A trial
+    that is not kept leaves no record in ``history``, and ``fp`` gets ``C``'s labels and
+    distances back from a copy, not from another pass.
     """
+    saved = fp.labels.clone(), fp.min_dist.clone()
     fp.forget()
     records = len(history)
     level = (1.0 - SWAP_MIN_GAIN) * inertia
@@ -1068,17 +1080,16 @@ def _settle(
         phase="swap",
         abandon_above=level,
     )
-    if not converged and not budget.stopped and budget.n_iter < budget.max_iter:
-        # Abandoned on the way: no better fixed point to be had from it.
-        del history[records:]
-        second, _ = fp.two_nearest(C)
-        return C, second, inertia, False, True
-    second_new, inertia_new = fp.two_nearest(trial)
-    if converged and inertia_new < level:
+    # The last record is the inertia before the last (tiny) shift, which cannot raise it.
+    if converged and history[-1]["inertia"] < level:
+        second_new, inertia_new = fp.two_nearest(trial)
         return trial, second_new, inertia_new, True, True
+    abandoned = not converged and not budget.stopped and budget.n_iter < budget.max_iter
     del history[records:]
-    second, _ = fp.two_nearest(C)
-    return C, second, inertia, False, converged
+    fp.labels.copy_(saved[0])
+    fp.min_dist.copy_(saved[1])
+    fp.forget()
+    return C, second, inertia, False, converged or abandoned
 
 
 def _hartigan(

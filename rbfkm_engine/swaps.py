@@ -55,14 +55,14 @@ import torch
 #: Candidate points priced per round.
 SWAP_CANDIDATES = 16
 #: The search stops after this many rounds in a row without a swap that pays.
-SWAP_PATIENCE = 3
+SWAP_PATIENCE = 1
 #: Swaps that do not pay at once but are tried anyway, with Lloyd to a new fixed point.
 SWAP_TRIALS = 1
 #: A swap must lower the inertia by more than this fraction (float32 distances carry
 #: rounding of about 1e-7 relative to ``||x||^2``).
 SWAP_MIN_GAIN = 1e-5
 #: Split-merge moves tried with Lloyd in a row without a better fixed point, at most.
-SPLIT_MERGE_TRIALS = 3
+SPLIT_MERGE_TRIALS = 2
 #: Power iterations for each cluster's principal axis, then 2-means iterations.
 SPLIT_POWER_ITERATIONS = 3
 SPLIT_TWO_MEANS_ITERATIONS = 3
