@@ -641,8 +641,12 @@ def _accumulate(
     first = R.first.to(X.dtype)
     if w is not None:
         first = first * w
-    if w is None and not soft:
+    if w is None and 2 * R.soft_rows.shape[0] < R.n_rows:
+        # Every row at its label, minus the few soft rows: cheaper than scaling X by
+        # ``first``.
         num.index_add_(0, R.labels, X)
+        if soft:
+            num.index_add_(0, R.labels[R.soft_rows], X[R.soft_rows], alpha=-1.0)
     else:
         num.index_add_(0, R.labels, X * first.unsqueeze(1))
     den.index_add_(0, R.labels, first)
