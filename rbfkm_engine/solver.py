@@ -10,8 +10,9 @@ enough); the temperature then falls geometrically, and a final phase of hard (Ll
 iterations ends on a true K-Means fixed point. Annealed fits grow their centres from the
 weighted mean by twin splits and merge centres that fall back together (:func:`anneal`);
 Lloyd passes keep the M-step sums and correct them for the points that moved. Annealed
-fits end with a search for centre swaps that lower the inertia (:func:`refine`, math in
-:mod:`rbfkm_engine.swaps`), each followed by Lloyd to a new fixed point.
+fits end with a search for moves out of poor fixed points (split-merges, Hartigan moves and
+centre swaps: :func:`refine`, math in :mod:`rbfkm_engine.swaps`), each followed by Lloyd
+to a new fixed point.
 
 This module knows tensors only; validation and conversions live in ``model.py``.
 """
@@ -985,19 +986,22 @@ def refine(
     generator: torch.Generator | None,
     verbose: bool,
 ) -> torch.Tensor:
-    """Swap centres while that lowers the inertia; ``C`` is a Lloyd fixed point.
+    """Moves out of the Lloyd fixed point ``C`` while they reach better fixed points.
 
-    Each round draws ``SWAP_CANDIDATES`` points by squared distance, moves each to the mean
-    of the points it would take (:meth:`FixedPointIteration.captured_means`) and prices it
-    against every centre (one pass, :func:`~rbfkm_engine.swaps.swap_costs`). The best
-    swap, when it lowers the inertia by more than ``SWAP_MIN_GAIN``, is followed by Lloyd
-    to a new fixed point (its iterations count in ``max_iter``, and one record per swap is
-    added to the history). The first ``SWAP_TRIALS`` best swaps that do not pay at once
-    are tried all the same: a centre that leaves a region split in two often pays only
-    after Lloyd has re-centred the others, and such a trial is kept only if its fixed point
-    is better. The search stops after ``SWAP_PATIENCE`` rounds in a row without a kept
-    swap, or when the iterations run out; a swap whose Lloyd phase cannot finish is undone,
-    so the result is always a converged fixed point no worse than ``C``.
+    Three searches, in turn (math in :mod:`~rbfkm_engine.swaps`): split-merges
+    (:func:`_split_merges`: delete a centre, split a cluster in two), one batch of
+    Hartigan moves (:func:`_hartigan`), then point swaps. Each swap round draws
+    ``SWAP_CANDIDATES`` points by squared distance, moves each to the mean of the points it
+    would take (:meth:`FixedPointIteration.captured_means`) and prices it against every
+    centre (one pass, :func:`~rbfkm_engine.swaps.swap_costs`); the best swap is made when it
+    lowers the inertia by more than ``SWAP_MIN_GAIN``, and the first ``SWAP_TRIALS`` best
+    ones that do not pay at once are tried all the same (a centre that leaves a region
+    split in two often pays only after Lloyd has re-centred the others). The swap search
+    stops after ``SWAP_PATIENCE`` rounds in a row without a kept swap. Every move is
+    followed by Lloyd (:func:`_settle`; its iterations count in ``max_iter``, one record
+    per kept move goes to the history) and kept only if its fixed point is better; a trial
+    bound to end worse is abandoned early, and one whose Lloyd phase cannot finish is
+    undone, so the result is always a converged fixed point no worse than ``C``.
     """
     if fp.k < 2:
         return C
@@ -1046,7 +1050,7 @@ def refine(
         failures = 0
         swaps += 1
     if verbose:
-        print(f"swaps={swaps} inertia={inertia:.6g}")
+        print(f"moves kept={swaps} inertia={inertia:.6g}")
     fp.forget()
     return C
 
