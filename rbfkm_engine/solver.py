@@ -1113,11 +1113,13 @@ def _hartigan(
 ) -> tuple[torch.Tensor, torch.Tensor, float, bool]:
     """Batches of Hartigan moves from the labels of ``C`` (see :mod:`.swaps`), then Lloyd,
     kept when that fixed point is better. Returns as :func:`_settle`, and whether kept."""
+    labels = fp.labels.clone()
     means, mass = fp.label_means(C)
     for _ in range(HARTIGAN_ROUNDS):
         if fp.hartigan_moves(means, mass) == 0:
             break
         means, mass = fp.label_means(means)
+    fp.labels.copy_(labels)  # C's labels, for _settle to restore if the trial fails
     if torch.equal(means, C):
         return C, second, inertia, False
     C, second, inertia, kept, _ = _settle(

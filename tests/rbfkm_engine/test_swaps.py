@@ -397,6 +397,48 @@ def test_hartigan_polishes_a_lloyd_fixed_point() -> None:
     assert fp.hard_labels(C2) == pytest.approx(inertia2, rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", [4, 8, 9])
+def test_moves_leave_the_labels_of_the_centres_they_return(seed: int) -> None:
+    # The swap search after them prices swaps from these labels and distances, kept move
+    # or not.
+    fp, C, budget = digits_fixed_point(seed)
+    second, inertia = fp.two_nearest(C)
+    for search in ("hartigan", "split-merge"):
+        if search == "hartigan":
+            C, second, inertia, _ = _hartigan(
+                fp, C, second, inertia, tol=1e-6, budget=budget, history=[], verbose=False
+            )
+        else:
+            C, second, inertia, _ = _split_merges(
+                fp,
+                C,
+                second,
+                inertia,
+                tol=1e-6,
+                budget=budget,
+                history=[],
+                generator=torch.Generator().manual_seed(0),
+                verbose=False,
+            )
+        labels, min_dist = fp.labels.clone(), fp.min_dist.clone()
+        assert fp.hard_labels(C) == pytest.approx(inertia, rel=1e-9)
+        torch.testing.assert_close(fp.labels, labels)
+        torch.testing.assert_close(fp.min_dist, min_dist, rtol=1e-9, atol=1e-6)
+
+
+def test_a_hartigan_trial_not_kept_restores_the_labels_of_the_centres() -> None:
+    # An incumbent of inertia 0 keeps no trial: the Hartigan moves (there are some at this
+    # fixed point) must not stay in the labels.
+    fp, C, budget = digits_fixed_point(8)
+    second, _ = fp.two_nearest(C)
+    expected = fp.labels.clone()
+    C2, _, _, kept = _hartigan(
+        fp, C, second, 0.0, tol=1e-6, budget=budget, history=[], verbose=False
+    )
+    assert not kept and C2 is C
+    torch.testing.assert_close(fp.labels, expected)
+
+
 def test_bound_to_end_above_extrapolates_the_falling_inertia() -> None:
     assert not _bound_to_end_above([10.0, 5.0], 1.0)  # too early to tell
     assert _bound_to_end_above([10.0, 9.0, 8.9], 8.0)  # steps shrink 10x: ends near 8.88
