@@ -451,10 +451,15 @@ def entmax15_map(
     else:
         del candidate  # a (rows, k) mask the whole-row map does not need
 
+        every_row = r == D.shape[0]
+
         def row_scores(part: slice) -> torch.Tensor:
-            sub = soft_rows[part]
-            z = D[sub].sub_(d_min[sub].unsqueeze(1)).div_(-sigma)
-            return z.clamp_min_(_ENTMAX_FLOOR)
+            if every_row:  # a slice, not a gather
+                z = D[part].sub(d_min[part].unsqueeze(1))
+            else:
+                sub = soft_rows[part]
+                z = D[sub].sub_(d_min[sub].unsqueeze(1))
+            return z.div_(-sigma).clamp_min_(_ENTMAX_FLOOR)
 
         # ``soft_rows`` is ascending, so soft row i is written to row i <= soft_rows[i] of
         # ``D`` only once the groups that read that row are done.
@@ -462,10 +467,14 @@ def entmax15_map(
         p = maps.p
         packed = (None, None)
     spent, tsallis, support = maps.spent, maps.tsallis, maps.support
-    energy = min_dist.clone()
-    energy[soft_rows] += spent - sigma * tsallis
-    first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
-    first[soft_rows] = 0.0
+    if r == D.shape[0]:
+        energy = min_dist + (spent - sigma * tsallis)
+        first = torch.zeros(D.shape[0], dtype=D.dtype, device=D.device)
+    else:
+        energy = min_dist.clone()
+        energy[soft_rows] += spent - sigma * tsallis
+        first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
+        first[soft_rows] = 0.0
     R = SparseResponsibilities(labels, first, soft_rows, p, k, *packed)
     soft_index = soft_rows[support > 1]
     return EStep(R, energy, min_dist, labels, int(soft_index.shape[0]), soft_index)

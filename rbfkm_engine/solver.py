@@ -639,6 +639,25 @@ def _accumulate(
         den.add_(R.sum(dim=0))
         return
     soft = R.soft_rows.numel() > 0
+    if R.soft_rows.shape[0] < R.n_rows:
+        _accumulate_hard_rows(num, den, X, w, R)
+    if soft:
+        block = R.soft_block.to(X.dtype)
+        if w is not None:
+            block = block * _rows(w, R).unsqueeze(1)
+        num.addmm_(block.T, _rows(X, R))
+        den.add_(block.sum(dim=0))
+
+
+def _accumulate_hard_rows(
+    num: torch.Tensor,
+    den: torch.Tensor,
+    X: torch.Tensor,
+    w: torch.Tensor | None,
+    R: SparseResponsibilities,
+) -> None:
+    """The one-hot rows' share of :func:`_accumulate`."""
+    soft = R.soft_rows.numel() > 0
     first = R.first.to(X.dtype)
     if w is not None:
         first = first * w
@@ -651,12 +670,6 @@ def _accumulate(
     else:
         num.index_add_(0, R.labels, X * first.unsqueeze(1))
     den.index_add_(0, R.labels, first)
-    if soft:
-        block = R.soft_block.to(X.dtype)
-        if w is not None:
-            block = block * _rows(w, R).unsqueeze(1)
-        num.addmm_(block.T, _rows(X, R))
-        den.add_(block.sum(dim=0))
 
 
 def _rows(A: torch.Tensor, R: SparseResponsibilities) -> torch.Tensor:
@@ -677,8 +690,9 @@ def _accumulate_spread(
     """
     R = e.responsibilities
     if isinstance(R, SparseResponsibilities):
-        first = R.first if w is None else R.first * w
-        spread.index_add_(0, R.labels, (first * e.min_dist).to(spread.dtype))
+        if R.soft_rows.shape[0] < R.n_rows:  # the one-hot rows
+            first = R.first if w is None else R.first * w
+            spread.index_add_(0, R.labels, (first * e.min_dist).to(spread.dtype))
         if R.soft_cols is not None:
             rows = R.soft_rows.unsqueeze(1)
             dist = torch.take(D, rows * D.shape[1] + R.soft_cols).add_(x_sq[rows]).clamp_min_(0.0)
