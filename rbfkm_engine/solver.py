@@ -479,8 +479,7 @@ class FixedPointIteration:
     def removal_costs(self, second: torch.Tensor) -> torch.Tensor:
         """``(k,)`` inertia added by deleting each centre, at the labels and distances of
         the last :meth:`two_nearest` (see :mod:`.swaps`)."""
-        w = self.w
-        return removal_costs(self.min_dist, second, self.labels, w, self.k)
+        return removal_costs(self.min_dist, second, self.labels, self.w, self.k)
 
     def cluster_halves(
         self, C: torch.Tensor, generator: torch.Generator | None
@@ -523,43 +522,48 @@ class FixedPointIteration:
             axis = torch.where(scatter.norm(dim=1, keepdim=True) > 0, scatter, axis)
         # Side of each point: first along the axis, then by the nearer half's mean.
         normal, offset_at = axis, (axis * C).sum(dim=1)
+
+        def half_of(rows: slice) -> torch.Tensor:  # slot 2 label + side
+            lab = labels[rows]
+            side = (own_projection(rows, normal) > offset_at[lab]).long()
+            return side.add_(lab, alpha=2)
+
         for _ in range(SPLIT_TWO_MEANS_ITERATIONS + 1):
-            sums = torch.zeros((2 * k, d), dtype=C.dtype, device=C.device)
-            mass = torch.zeros(2 * k, dtype=C.dtype, device=C.device)
-            for rows in iter_chunks(X.shape[0], self.chunk_size):
-                lab = labels[rows]
-                side = (own_projection(rows, normal) > offset_at[lab]).long()
-                slot = side.add_(lab, alpha=2)
-                if w is None:
-                    sums.index_add_(0, slot, X[rows])
-                    mass += torch.bincount(slot, minlength=2 * k).to(C.dtype)
-                else:
-                    sums.index_add_(0, slot, X[rows] * w[rows].unsqueeze(1))
-                    mass.index_add_(0, slot, w[rows])
-            halves = (sums / mass.clamp_min(1e-30).unsqueeze(1)).view(k, 2, d)
-            halves = torch.where(mass.view(k, 2, 1) > 0, halves, C.unsqueeze(1))
+            halves, mass = self._slot_means(half_of, C.repeat_interleave(2, dim=0))
+            halves = halves.view(k, 2, d)
             # Nearer to half 1 than to half 0: x . (s1 - s0) > (|s1|^2 - |s0|^2) / 2.
             normal = halves[:, 1] - halves[:, 0]
             offset_at = 0.5 * (squared_norms(halves[:, 1]) - squared_norms(halves[:, 0]))
         return halves, mass.view(k, 2)
 
-    def label_means(self, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Means and weights of the clusters of ``labels``; an empty one keeps ``C``'s row."""
-        num = torch.zeros_like(C)
-        mass = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+    def _slot_means(
+        self, slot_of: Callable[[slice], torch.Tensor], fallback: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Weighted) means and weights of the points by slot, ``slot_of(rows)`` giving the
+        slots of a block; an empty slot keeps its row of ``fallback`` (one per slot)."""
+        n_slots = fallback.shape[0]
+        num = torch.zeros_like(fallback)
+        mass = torch.zeros(n_slots, dtype=fallback.dtype, device=fallback.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
-            lab = self.labels[rows]
+            slot = slot_of(rows)
             if self.w is None:
-                num.index_add_(0, lab, self.X[rows])
-                mass += torch.bincount(lab, minlength=C.shape[0]).to(C.dtype)
+                num.index_add_(0, slot, self.X[rows])
+                mass += torch.bincount(slot, minlength=n_slots).to(mass.dtype)
             else:
-                num.index_add_(0, lab, self.X[rows] * self.w[rows].unsqueeze(1))
-                mass.index_add_(0, lab, self.w[rows])
-        means = torch.where((mass > 0).unsqueeze(1), num / mass.clamp_min(1e-30).unsqueeze(1), C)
-        return means, mass
+                num.index_add_(0, slot, self.X[rows] * self.w[rows].unsqueeze(1))
+                mass.index_add_(0, slot, self.w[rows])
+        means = num / mass.clamp_min(1e-30).unsqueeze(1)
+        return torch.where((mass > 0).unsqueeze(1), means, fallback), mass
 
-    def hartigan_moves(self, means: torch.Tensor, mass: torch.Tensor) -> int:
-        """Move every point of ``labels`` that a Hartigan step would move, all at once.
+    def label_means(
+        self, labels: torch.Tensor, C: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Means and weights of the clusters of ``labels``; an empty one keeps ``C``'s row."""
+        return self._slot_means(lambda rows: labels[rows], C)
+
+    def hartigan_moves(self, labels: torch.Tensor, means: torch.Tensor, mass: torch.Tensor) -> int:
+        """Move every point of ``labels`` (in place) that a Hartigan step would move, all at
+        once.
 
         ``means`` and ``mass``: of the clusters of ``labels`` (:meth:`label_means`).
         Returns the number of points moved (see :func:`~rbfkm_engine.swaps.hartigan_targets`).
@@ -569,10 +573,9 @@ class FixedPointIteration:
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
             D = self._distances(rows, means, c_sq, with_norms=True)
             wc = None if self.w is None else self.w[rows]
-            lab = self.labels[rows]
-            new = hartigan_targets(D, lab, mass, wc)
-            moved += int((new != lab).sum())
-            self.labels[rows] = new
+            new = hartigan_targets(D, labels[rows], mass, wc)
+            moved += int((new != labels[rows]).sum())
+            labels[rows] = new
         return moved
 
     def swap_costs(self, P: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
@@ -1127,13 +1130,12 @@ def _hartigan(
 ) -> tuple[torch.Tensor, torch.Tensor, float, bool]:
     """Batches of Hartigan moves from the labels of ``C`` (see :mod:`.swaps`), then Lloyd,
     kept when that fixed point is better. Returns as :func:`_settle`, and whether kept."""
-    labels = fp.labels.clone()
-    means, mass = fp.label_means(C)
+    labels = fp.labels.clone()  # moved on a copy: fp keeps C's, for _settle to restore
+    means, mass = fp.label_means(labels, C)
     for _ in range(HARTIGAN_ROUNDS):
-        if fp.hartigan_moves(means, mass) == 0:
+        if fp.hartigan_moves(labels, means, mass) == 0:
             break
-        means, mass = fp.label_means(means)
-    fp.labels.copy_(labels)  # C's labels, for _settle to restore if the trial fails
+        means, mass = fp.label_means(labels, means)
     if torch.equal(means, C):
         return C, second, inertia, False
     C, second, inertia, kept, _ = _settle(
