@@ -110,17 +110,29 @@ def critical_temperature(lambda_max: float, n_clusters: int, assignment: str) ->
     raise ValueError(f"no critical temperature for assignment={assignment!r}")
 
 
-def geometric_schedule(sigma0: float, sigma_min: float, cooling: float) -> list[float]:
-    """``sigma0, cooling * sigma0, ...`` down to and including ``sigma_min``."""
+def geometric_schedule(
+    sigma0: float, sigma_min: float, cooling: float, max_length: int | None = None
+) -> list[float]:
+    """``sigma0, cooling * sigma0, ...`` down to and including ``sigma_min``.
+
+    ``max_length``: at most this many temperatures, the hottest ones (a fit spends at least
+    one iteration per temperature, so one of ``max_iter`` iterations never sees more than
+    ``max_iter``); it keeps extreme ratios or a cooling rate near 1 from building a list
+    no fit could use.
+    """
     if not 0.0 < cooling < 1.0:
         raise ValueError(f"cooling must be in (0, 1), got {cooling}")
     if sigma_min <= 0.0 or sigma0 <= 0.0:
         raise ValueError("sigma0 and sigma_min must be > 0")
     if sigma_min >= sigma0:
         return [sigma0]
-    # The small slack keeps a ratio that is an exact power of ``cooling`` (up to rounding)
-    # from scheduling ``sigma_min`` twice.
-    steps = math.ceil(math.log(sigma_min / sigma0) / math.log(cooling) - 1e-9)
+    # Logs of each, not of the ratio: sigma_min / sigma0 can underflow to 0. The small
+    # slack keeps a ratio that is an exact power of ``cooling`` (up to rounding) from
+    # scheduling ``sigma_min`` twice.
+    span = (math.log(sigma_min) - math.log(sigma0)) / math.log(cooling)
+    steps = math.ceil(span - 1e-9)
+    if max_length is not None and steps + 1 > max_length:
+        return [sigma0 * cooling**t for t in range(max(1, max_length))]
     schedule = [sigma0 * cooling**t for t in range(steps)]
     schedule.append(sigma_min)
     return schedule

@@ -356,7 +356,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if self.sigma_min == "auto"
             else float(self.sigma_min)
         )
-        return geometric_schedule(sigma0, min(sigma_min, sigma0), float(self.cooling))
+        return geometric_schedule(
+            sigma0, min(sigma_min, sigma0), float(self.cooling), max_length=int(self.max_iter)
+        )
 
     def fit(
         self,

@@ -182,6 +182,21 @@ def test_geometric_schedule_basic() -> None:
     assert geometric_schedule(1.0, 1.0, 0.5) == [1.0]
 
 
+def test_geometric_schedule_extreme_ratio() -> None:
+    # sigma_min / sigma0 underflows to 0 in floating point: the span still comes out.
+    s = geometric_schedule(1e300, 1e-300, 0.5)
+    assert s[0] == 1e300 and s[-1] == 1e-300
+    assert len(s) == math.ceil(600 * math.log(10) / math.log(2)) + 1
+
+
+def test_geometric_schedule_max_length_keeps_the_hottest() -> None:
+    assert geometric_schedule(8.0, 1.0, 0.5, max_length=2) == [8.0, 4.0]
+    assert geometric_schedule(8.0, 1.0, 0.5, max_length=4) == [8.0, 4.0, 2.0, 1.0]
+    # A cooling rate next to 1 over 600 decades would be ~1e12 temperatures: not built.
+    s = geometric_schedule(1e300, 1e-300, 1.0 - 1e-9, max_length=300)
+    assert len(s) == 300 and s[0] == 1e300
+
+
 @settings(max_examples=examples(80), deadline=None)
 @given(
     sigma0=st.floats(1e-6, 1e6),

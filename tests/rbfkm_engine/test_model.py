@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -478,6 +479,27 @@ def test_explicit_sigma0_and_sigma_min(blobs: Dataset) -> None:
     assert m.sigma_ == pytest.approx(min(sigmas))
     ratios = np.array(sigmas[1:]) / np.array(sigmas[:-1])
     np.testing.assert_allclose(ratios[:-1], 0.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("assignment", ["softmax", "entmax15"])
+def test_extreme_temperature_range_fits(assignment: str, blobs: Dataset) -> None:
+    # sigma_min / sigma0 underflows to 0; a cooling rate next to 1 would schedule ~1e12
+    # temperatures: both fit within max_iter and end on a Lloyd fixed point.
+    for cooling in (0.8, 1.0 - 1e-9):
+        m = RBFKMeans(
+            3,
+            assignment=assignment,
+            sigma0=1e300,
+            sigma_min=1e-300,
+            cooling=cooling,
+            max_iter=50,
+            random_state=0,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            m.fit(blobs.X)
+        assert np.isfinite(m.cluster_centers_).all()
+        np.testing.assert_array_equal(m.labels_, m.predict(blobs.X))
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
