@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tempfile
 import uuid
 import warnings
@@ -41,6 +42,8 @@ CONTENT_TYPES: dict[str, str] = {
     "application/x-parquet": PARQUET,
 }
 _FINITE_BLOCK = 1 << 22  # elements checked per block: bounded extra memory
+#: Every .npy file starts with this (the format version follows).
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def media_type(content_type: str | None) -> str:
@@ -137,9 +140,9 @@ def check_array(array: np.ndarray) -> None:
         finite = np.isfinite(block)
         if not finite.all():
             row, col = np.argwhere(~finite)[0]
-            value = block[row, col]
+            value = float(block[row, col])  # "inf", not "np.float64(inf)"
             raise _invalid(
-                f"row {start + int(row)}, column {int(col)} is {value!r}; "
+                f"row {start + int(row)}, column {int(col)} is {value}; "
                 "every value must be finite (no NaN or Inf); rows and columns count from 0",
                 field=f"body.data[{start + int(row)}][{int(col)}]",
             )
@@ -238,6 +241,14 @@ def parse_csv(path: Path) -> Parsed:
 
 def parse_npy(path: Path) -> Parsed:
     """A raw `.npy` file; kept as is (renamed into place) when already C-order float32/64."""
+    with path.open("rb") as head:
+        magic = head.read(len(_NPY_MAGIC))
+    if magic != _NPY_MAGIC:
+        # np.load would take it for a pickle and suggest allow_pickle, which no client can set.
+        raise _invalid(
+            "the body is not a .npy file (it does not start with the .npy magic string "
+            "\\x93NUMPY): send the bytes numpy.save writes, or another Content-Type"
+        )
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -261,7 +272,9 @@ def parse_parquet(path: Path) -> Parsed:
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
-        raise _invalid(f"the body is not a readable Parquet file: {exc}") from None
+        # Arrow names the file it read: the server's spool file, nothing the client sent.
+        reason = re.sub(rf"\s*'?{re.escape(str(path))}'?", "", str(exc))
+        raise _invalid(f"the body is not a readable Parquet file: {reason}") from None
     for field in table.schema:
         kind = field.type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):

@@ -7,7 +7,7 @@ and anything unexpected are rendered in the same shape, so clients parse one for
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -93,8 +93,19 @@ def _location(loc: Sequence[Any]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+def _message(err: Mapping[str, Any]) -> str:
+    """pydantic's message, without the "Value error, " it puts before a validator's own."""
+    message = str(err["msg"])
+    prefix = "Value error, "
+    if err.get("type") == "value_error" and message.startswith(prefix):
+        return message[len(prefix) :]
+    return message
+
+
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, str]]:
-    return [{"field": _location(err.get("loc", ())), "message": err["msg"]} for err in exc.errors()]
+    return [
+        {"field": _location(err.get("loc", ())), "message": _message(err)} for err in exc.errors()
+    ]
 
 
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:

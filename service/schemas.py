@@ -6,13 +6,39 @@ so the OpenAPI document is generated from them, with examples.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "canceled"]
 Auto = Literal["auto"]
+
+
+def _temperature(value: Any) -> Any:
+    """A temperature is a finite number > 0 or ``"auto"``: one error that says so, instead
+    of one per member of the union."""
+    if value == "auto":
+        return value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise ValueError(f'must be a finite number > 0 or "auto"; got {value!r}')
+    return value
+
+
+#: ``sigma0`` and ``sigma_min``.
+Temperature = Annotated[Annotated[float, Field(gt=0)] | Auto, BeforeValidator(_temperature)]
+
+#: Counts are JSON integers: ``true`` or ``3.0`` is a client error, not ``1`` or ``3``.
+StrictCount = Annotated[int, Field(strict=True)]
 
 _DEVICE_HELP = "`auto` (CUDA when there is one), `cpu`, `cuda` or `cuda:N`."
 
@@ -127,18 +153,18 @@ class JobCreate(BaseModel):
     )
 
     dataset_id: str = Field(min_length=1, max_length=128)
-    n_clusters: int = Field(ge=1, description="k; at most the dataset's n_samples.")
+    n_clusters: StrictCount = Field(ge=1, description="k; at most the dataset's n_samples.")
     assignment: Literal["entmax15", "softmax", "hard"] = "entmax15"
-    sigma0: Annotated[float, Field(gt=0)] | Auto = "auto"
-    sigma_min: Annotated[float, Field(gt=0)] | Auto = "auto"
+    sigma0: Temperature = "auto"
+    sigma_min: Temperature = "auto"
     cooling: float = Field(default=0.8, gt=0, lt=1, description="Geometric cooling rate.")
-    max_iter: int = Field(default=300, ge=1, le=100_000)
+    max_iter: StrictCount = Field(default=300, ge=1, le=100_000)
     tol: float = Field(default=1e-4, ge=0)
     init: Literal["k-means++", "random"] | list[list[float]] = Field(
         default="k-means++", description="`k-means++`, `random`, or initial centres (k x d)."
     )
-    n_init: int = Field(default=1, ge=1, le=1000)
-    random_state: int | None = Field(default=None, ge=0, lt=2**32)
+    n_init: StrictCount = Field(default=1, ge=1, le=1000)
+    random_state: StrictCount | None = Field(default=None, ge=0, lt=2**32)
     device: str = Field(default="auto", description=_DEVICE_HELP)
 
     @field_validator("device")
@@ -152,18 +178,18 @@ class JobCreate(BaseModel):
             return value
         raise ValueError("must be auto, cpu, cuda or cuda:N")
 
-    @model_validator(mode="after")
-    def _check_init(self) -> JobCreate:
+    @field_validator("init")
+    @classmethod
+    def _check_init(cls, value: Any, info: ValidationInfo) -> Any:
         """Initial centres must be k rows of equal length."""
-        if isinstance(self.init, list):
-            if len(self.init) != self.n_clusters:
-                raise ValueError(
-                    f"init has {len(self.init)} rows; it needs n_clusters={self.n_clusters}"
-                )
-            widths = {len(row) for row in self.init}
+        if isinstance(value, list):
+            k = info.data.get("n_clusters")  # absent when n_clusters itself is invalid
+            if k is not None and len(value) != k:
+                raise ValueError(f"init has {len(value)} rows; it needs n_clusters={k}")
+            widths = {len(row) for row in value}
             if len(widths) != 1 or 0 in widths:
                 raise ValueError("init rows must be non-empty and of equal length")
-        return self
+        return value
 
     def engine_params(self) -> dict[str, Any]:
         """The keyword arguments for `RBFKMeans`, defaults filled in."""

@@ -174,7 +174,8 @@ def test_npy_is_converted(tmp_path: Path, array: np.ndarray, dtype: type) -> Non
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
-        (b"garbage", "not a readable .npy"),
+        (b"garbage", "not a .npy file (it does not start with the .npy magic"),
+        (npy_bytes(X)[:20], "not a readable .npy"),
         (npy_bytes(np.arange(3.0)), "2-D"),
         (npy_bytes(np.array([["a", "b"]])), "numeric"),
         (npy_bytes(np.zeros((0, 3))), "at least 1 row"),
@@ -184,6 +185,15 @@ def test_npy_is_converted(tmp_path: Path, array: np.ndarray, dtype: type) -> Non
 )
 def test_npy_rejections(tmp_path: Path, data: bytes, needle: str) -> None:
     assert needle in rejected(write(tmp_path, data), NPY).detail
+
+
+def test_npy_garbage_does_not_suggest_pickles(tmp_path: Path) -> None:
+    assert "pickle" not in rejected(write(tmp_path, b"garbage"), NPY).detail
+
+
+def test_non_finite_values_read_as_numbers(tmp_path: Path) -> None:
+    detail = rejected(write(tmp_path, npy_bytes(np.array([[1.0, -np.inf]]))), NPY).detail
+    assert "column 1 is -inf;" in detail
 
 
 def test_npy_object_arrays_are_refused_not_unpickled(tmp_path: Path) -> None:
@@ -220,7 +230,10 @@ def test_parquet_rejections(tmp_path: Path, table: pa.Table, needle: str) -> Non
 
 
 def test_parquet_garbage(tmp_path: Path) -> None:
-    assert "Parquet" in rejected(write(tmp_path, b"PAR1 nope"), PARQUET).detail
+    path = write(tmp_path, b"PAR1 nope")
+    detail = rejected(path, PARQUET).detail
+    assert "Parquet" in detail
+    assert str(path) not in detail and str(tmp_path) not in detail  # no server paths
 
 
 # ---- spooling ----------------------------------------------------------------------------

@@ -44,6 +44,11 @@ def test_defaults_mirror_the_engine() -> None:
         ("n_init", 0),
         ("random_state", -1),
         ("random_state", 1.5),
+        ("random_state", True),
+        ("n_clusters", True),
+        ("n_clusters", 3.0),
+        ("max_iter", "300"),
+        ("sigma0", True),
         ("device", "tpu"),
         ("device", "cuda:x"),
         ("unknown", 1),
@@ -78,6 +83,21 @@ def test_non_finite_numbers_are_rejected(bad: float) -> None:
     for field, value in (("tol", bad), ("sigma0", bad), ("init", [[bad, 0.0]])):
         with pytest.raises(ValidationError):
             JobCreate(**{**BASE, "n_clusters": 1, field: value})
+
+
+@pytest.mark.parametrize("value", [-1, 0, "hot", None])
+def test_temperature_errors_are_one_message(value: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        JobCreate(**{**BASE, "sigma0": value})
+    errors = info.value.errors()
+    assert [err["loc"] for err in errors] == [("sigma0",)]
+    assert 'finite number > 0 or "auto"' in errors[0]["msg"]
+
+
+def test_init_errors_name_the_init_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        JobCreate(**BASE, init=[[0, 0], [1, 1]])
+    assert [err["loc"] for err in info.value.errors()] == [("init",)]
 
 
 def test_init_array_must_be_k_rows_of_equal_width() -> None:
