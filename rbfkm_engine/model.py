@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+import sys
 import warnings
 from typing import Any
 
@@ -33,7 +35,7 @@ from .distances import (
     squared_norms,
 )
 from .init import kmeans_plusplus, random_init
-from .solver import Callback, FixedPointIteration, solve
+from .solver import Callback, FitProgress, FixedPointIteration, solve
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: ``fit`` centres the data when its mean's squared norm exceeds this times the total
@@ -232,10 +234,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if X.shape[0] == 0 or X.shape[1] == 0:
                 raise ValueError(f"X must be non-empty, got shape {tuple(X.shape)}")
             out_dtype = np.dtype("float64") if X.dtype == torch.float64 else np.dtype("float32")
-            # The sum is finite unless some value is not (or the values are huge): only
-            # then is the elementwise check, with its (n, d) mask, needed.
-            total = float(X.sum(dtype=torch.float64))
-            if not math.isfinite(total) and not bool(torch.isfinite(X).all()):
+            # The extremes are finite iff every value is (NaN propagates): no (n, d) mask,
+            # and no float64 copy, which a float64 sum of float32 values makes.
+            if not math.isfinite(_max_abs(X)):
                 raise ValueError("Input X contains NaN or infinity; clean or impute it first.")
             if reset:
                 self.n_features_in_ = int(X.shape[1])
@@ -298,8 +299,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         x_sq: torch.Tensor,
         generator: torch.Generator,
         origin: torch.Tensor,
+        scale: float = 1.0,
     ) -> torch.Tensor:
-        """Initial centres in the frame of ``X`` (``origin`` already subtracted)."""
+        """Initial centres in the frame of ``X`` (scaled by ``scale``, then ``origin``
+        subtracted)."""
         if isinstance(self.init, str):
             if self.init == "k-means++":
                 return kmeans_plusplus(
@@ -318,7 +321,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         if not bool(torch.isfinite(C).all()):
             raise ValueError("init array contains NaN or infinity")
-        return (C - origin).to(X.dtype)
+        return (C * scale - origin).to(X.dtype)
 
     def _grows_centres(self) -> bool:
         """Whether an annealed fit grows its centres by splitting from the mean.
@@ -328,9 +331,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """
         return isinstance(self.init, str)
 
-    def _schedule(self, X: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor) -> list[float]:
-        """Temperatures for this fit (``mean``: of ``X``, float64); empty for hard or
-        degenerate data.
+    def _schedule(
+        self, X: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor, scale: float = 1.0
+    ) -> list[float]:
+        """Temperatures for this fit (``mean``: of ``X``, float64; ``X`` is the data times
+        ``scale``, so explicit temperatures, squared distances, are times ``scale**2``);
+        empty for hard or degenerate data.
 
         Grown fits start from one centre and its twin, whose entmax15 critical temperature
         is that of 2 coincident centres, not of ``k``: starting at the latter would only
@@ -349,12 +355,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         sigma0 = (
             SIGMA0_MARGIN * critical_temperature(lambda_max, coincident, self.assignment)
             if self.sigma0 == "auto"
-            else float(self.sigma0)
+            else _squared_in_fit_units(float(self.sigma0), scale)
         )
         sigma_min = (
             SIGMA_MIN_RATIO * critical_temperature(lambda_max, self.n_clusters, "softmax")
             if self.sigma_min == "auto"
-            else float(self.sigma_min)
+            else _squared_in_fit_units(float(self.sigma_min), scale)
         )
         return geometric_schedule(
             sigma0, min(sigma_min, sigma0), float(self.cooling), max_length=int(self.max_iter)
@@ -388,8 +394,16 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 f"n_samples={n} should be >= n_clusters={self.n_clusters}: "
                 f"ask for at most {n} clusters or provide more samples."
             )
+        max_abs = _max_abs(Xt)
+        if not math.isfinite(max_abs):  # finite input (checked), not in the compute dtype
+            raise ValueError(
+                f"X has values beyond the range of dtype={self.dtype!r} "
+                f"(|x| up to {torch.finfo(Xt.dtype).max:.3g}); fit with dtype='float64'."
+            )
         w = self._weights(sample_weight, Xt)
         rng = check_random_state(self.random_state)
+        scale = _power_of_two_scale(max_abs, Xt.dtype)
+        Xt = _scaled(Xt, X, scale)
         mean = weighted_mean(Xt, w)
         weight = n if w is None else float(w.double().sum())
         x_sq = squared_norms(Xt)
@@ -407,7 +421,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             spread = _weighted_total(x_sq, w) / weight
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * spread / Xt.shape[1]
-        schedule = self._schedule(Xt, w, mean - origin)
+        schedule = self._schedule(Xt, w, mean - origin, scale)
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None
@@ -416,7 +430,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
             grow = bool(schedule) and self._grows_centres()
-            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, origin)
+            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, origin, scale)
             result = solve(
                 Xt,
                 w,
@@ -429,7 +443,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 tol=tol,
                 chunk_size=chunk,
                 x_sq=x_sq,
-                callback=callback,
+                callback=_unscaled_callback(callback, scale),
                 progress_offset=run / n_init,
                 progress_scale=1.0 / n_init,
                 iteration_offset=iterations_done,
@@ -449,23 +463,24 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 stacklevel=2,
             )
         del Xt, x_sq
+        self._scale = scale
         self._origin = origin.cpu().numpy()
         self._centred_centers = best.centres.cpu().numpy()
-        self.cluster_centers_ = (best.centres.double().cpu().numpy() + self._origin).astype(
-            out_dtype
-        )
+        self.cluster_centers_ = (
+            (best.centres.double().cpu().numpy() + self._origin) / scale
+        ).astype(out_dtype)
         if self._inference_dtype(out_dtype) == _DTYPES[self.dtype]:
             # predict would repeat the solver's last pass operation for operation (same
             # centred data, centres and blocks): its labels are predict(X).
             self.labels_ = best.labels.cpu().numpy()
-            self.inertia_ = float(best.inertia)
+            self.inertia_ = float(best.inertia) / scale / scale
         else:
             # A wider inference precision: labels and inertia through predict's own path,
             # so that labels_ == predict(X) holds exactly.
             self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
         self.n_iter_ = int(best.n_iter)
-        self.sigma_ = float(best.sigma)
-        self.history_ = best.history
+        self.sigma_ = float(best.sigma) / scale / scale
+        self.history_ = [_unscaled_record(record, scale) for record in best.history]
         self.stopped_early_ = bool(best.stopped_early)
         distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters)))
         if distinct < self.n_clusters:
@@ -507,8 +522,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if dtype is not None:
             array = array.astype(_NUMPY_DTYPES[model.dtype])
         model.cluster_centers_ = np.ascontiguousarray(array)
-        model._origin = array.mean(axis=0, dtype=np.float64)
-        model._centred_centers = (array - model._origin).astype(_NUMPY_DTYPES[model.dtype])
+        model._scale = _power_of_two_scale(float(np.abs(array).max()), _DTYPES[model.dtype])
+        scaled = array.astype(np.float64) * model._scale
+        model._origin = scaled.mean(axis=0)
+        model._centred_centers = (scaled - model._origin).astype(_NUMPY_DTYPES[model.dtype])
         model.n_features_in_ = int(array.shape[1])
         model.sigma_ = float(sigma)
         model.n_iter_ = 0
@@ -518,8 +535,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ inference
     def _predict_inputs(self, X: Any) -> tuple[torch.Tensor, torch.Tensor, np.dtype]:
-        """``X`` and the centres on the device, centred by the fit's mean, in the wider of
-        the fit's and the input's precisions."""
+        """``X`` and the centres on the device in the fit's frame (scaled by ``_scale``,
+        centred by the fit's mean), in the wider of the fit's and the input's precisions."""
         check_is_fitted(self, "cluster_centers_")
         Xt, out_dtype = self._to_tensor(X, reset=False)
         wide = self._inference_dtype(out_dtype)
@@ -528,8 +545,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             C = torch.from_numpy(self._centred_centers).to(device=Xt.device, dtype=wide)
         else:
             C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64))
-            C = (C.to(Xt.device) - mean).to(wide)
-        return _centred(Xt.to(wide), X, mean), C, out_dtype
+            C = (C.to(Xt.device) * self._scale - mean).to(wide)
+        return _centred(_scaled(Xt.to(wide), X, self._scale), X, mean), C, out_dtype
 
     def _inference_dtype(self, input_dtype: np.dtype) -> torch.dtype:
         """The wider of the fit's precision and the input's."""
@@ -551,7 +568,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w = self._weights(sample_weight, Xt)
         last_pass = FixedPointIteration(Xt, w, self.n_clusters, self._chunk(Xt))
         inertia = last_pass.hard_labels(C)
-        return last_pass.labels.cpu().numpy(), inertia
+        return last_pass.labels.cpu().numpy(), inertia / self._scale / self._scale
 
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre for each sample (int64)."""
@@ -566,7 +583,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Xt, C, out_dtype = self._predict_inputs(X)
         out = torch.empty((Xt.shape[0], C.shape[0]), dtype=Xt.dtype, device=Xt.device)
         for rows, D in self._blocks(Xt, C):
-            out[rows] = D.sqrt_()
+            out[rows] = D.sqrt_().div_(self._scale)
         return out.cpu().numpy().astype(out_dtype, copy=False)
 
     def soft_assign(self, X: Any, sigma: float | None = None) -> sp.csr_matrix:
@@ -579,6 +596,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if not (math.isfinite(sigma) and sigma >= 0):
             raise ValueError(f"sigma must be a finite float >= 0, got {sigma}")
         Xt, C, out_dtype = self._predict_inputs(X)
+        sigma = sigma * self._scale * self._scale  # a squared distance, in the fit's frame
         assignment = self.assignment if self.assignment in ASSIGNMENTS else "hard"
         blocks = [
             to_csr_block(responsibilities(D, sigma, assignment).responsibilities, C.shape[0])
@@ -590,6 +608,68 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Minus the (weighted) inertia of ``X`` against the fitted centres."""
         return -self._labels_inertia(X, sample_weight)[1]
+
+
+def _max_abs(X: torch.Tensor) -> float:
+    """``max |x_ij|`` without an ``(n, d)`` temporary; NaN or inf when some value is."""
+    low, high = (float(value) for value in torch.aminmax(X))
+    return math.nan if math.isnan(low) or math.isnan(high) else max(-low, high)
+
+
+def _power_of_two_scale(max_abs: float, dtype: torch.dtype) -> float:
+    """1, or the power of two that brings ``max_abs`` into ``[0.5, 1)`` when it lies outside
+    ``[2^-m, 2^m]``, ``m`` a third of the dtype's exponent range (float32: 2^42, about
+    4e12).
+
+    Beyond it the squared distances and their sums over points overflow the dtype (or
+    underflow below it), so such data are fitted scaled. A power of two scales every
+    operation's rounding with it in binary floating point: the scaled fit is the fit, and
+    data of ordinary size are not touched at all.
+    """
+    limit = 2.0 ** (math.frexp(torch.finfo(dtype).max)[1] // 3)
+    if max_abs == 0.0 or not math.isfinite(max_abs) or 1.0 / limit <= max_abs <= limit:
+        return 1.0
+    _, exponent = math.frexp(max_abs)  # max_abs = m 2^exponent, 0.5 <= m < 1
+    return math.ldexp(1.0, -exponent)
+
+
+def _scaled(Xt: torch.Tensor, source: Any, scale: float) -> torch.Tensor:
+    """``Xt * scale``: ``Xt`` itself when ``scale`` is 1, in place when it is a copy made
+    here (as :func:`_centred`)."""
+    if scale == 1.0:
+        return Xt
+    if _may_share_memory(Xt, source):
+        return Xt * scale
+    return Xt.mul_(scale)
+
+
+def _squared_in_fit_units(value: float, scale: float) -> float:
+    """A squared distance (a temperature) of the data's units in the scaled fit's, kept a
+    positive finite float: far outside the data's scale it would round to 0 or inf."""
+    return min(max(value * scale * scale, sys.float_info.min), sys.float_info.max)
+
+
+def _unscaled_record(record: dict[str, float], scale: float) -> dict[str, float]:
+    """A ``history_`` record in the data's units: temperatures and energies are squared
+    distances (divided by ``scale`` twice: its square may underflow)."""
+    if scale == 1.0:
+        return record
+    squared = ("sigma", "objective", "inertia")
+    return {
+        key: value / scale / scale if key in squared else value for key, value in record.items()
+    }
+
+
+def _unscaled_callback(callback: Callback | None, scale: float) -> Callback | None:
+    """``callback`` told the temperature and objective in the data's units."""
+    if callback is None or scale == 1.0:
+        return callback
+
+    def told(info: FitProgress) -> bool | None:
+        sigma, objective = info.sigma / scale / scale, info.objective / scale / scale
+        return callback(dataclasses.replace(info, sigma=sigma, objective=objective))
+
+    return told
 
 
 def _weighted_total(values: torch.Tensor, w: torch.Tensor | None) -> float:

@@ -42,6 +42,8 @@ CONTENT_TYPES: dict[str, str] = {
     "application/x-parquet": PARQUET,
 }
 _FINITE_BLOCK = 1 << 22  # elements checked per block: bounded extra memory
+#: Values beyond this (float32's largest) would not survive the workers' float32 fit.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: Every .npy file starts with this (the format version follows).
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -137,15 +139,29 @@ def check_array(array: np.ndarray) -> None:
     step = max(1, _FINITE_BLOCK // d)
     for start in range(0, n, step):
         block = array[start : start + step]
-        finite = np.isfinite(block)
-        if not finite.all():
-            row, col = np.argwhere(~finite)[0]
-            value = float(block[row, col])  # "inf", not "np.float64(inf)"
-            raise _invalid(
-                f"row {start + int(row)}, column {int(col)} is {value}; "
-                "every value must be finite (no NaN or Inf); rows and columns count from 0",
-                field=f"body.data[{start + int(row)}][{int(col)}]",
+        _reject_first(
+            block, ~np.isfinite(block), start, "every value must be finite (no NaN or Inf)"
+        )
+        if block.dtype.itemsize > 4:
+            _reject_first(
+                block,
+                np.abs(block) > _FLOAT32_MAX,
+                start,
+                f"values must lie within +-{_FLOAT32_MAX:.3g}, the float32 range the workers "
+                "fit in (k-means is scale-invariant: scale the data)",
             )
+
+
+def _reject_first(block: np.ndarray, bad: np.ndarray, start: int, rule: str) -> None:
+    """422 naming the first value of ``block`` (rows from ``start``) where ``bad`` holds."""
+    if not bad.any():
+        return
+    row, col = (int(i) for i in np.argwhere(bad)[0])
+    value = float(block[row, col])  # "inf", not "np.float64(inf)"
+    raise _invalid(
+        f"row {start + row}, column {col} is {value}; {rule}; rows and columns count from 0",
+        field=f"body.data[{start + row}][{col}]",
+    )
 
 
 def _float_dtype(dtype: np.dtype) -> np.dtype:

@@ -484,8 +484,10 @@ def test_explicit_sigma0_and_sigma_min(blobs: Dataset) -> None:
 @pytest.mark.parametrize("assignment", ["softmax", "entmax15"])
 def test_extreme_temperature_range_fits(assignment: str, blobs: Dataset) -> None:
     # sigma_min / sigma0 underflows to 0; a cooling rate next to 1 would schedule ~1e12
-    # temperatures: both fit within max_iter and end on a Lloyd fixed point.
-    for cooling in (0.8, 1.0 - 1e-9):
+    # temperatures; data fitted scaled (2^70) would take sigma_min to 0 in its units: all
+    # fit within max_iter and end on a Lloyd fixed point.
+    for cooling, scale in ((0.8, 1.0), (1.0 - 1e-9, 1.0), (0.8, 2.0**70), (0.8, 2.0**-70)):
+        X = blobs.X * scale
         m = RBFKMeans(
             3,
             assignment=assignment,
@@ -497,9 +499,9 @@ def test_extreme_temperature_range_fits(assignment: str, blobs: Dataset) -> None
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            m.fit(blobs.X)
+            m.fit(X)
         assert np.isfinite(m.cluster_centers_).all()
-        np.testing.assert_array_equal(m.labels_, m.predict(blobs.X))
+        np.testing.assert_array_equal(m.labels_, m.predict(X))
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -692,6 +694,61 @@ def test_nan_inf_raise(bad: float, blobs: Dataset) -> None:
     m = model(n_clusters=3).fit(blobs.X)
     with pytest.raises(ValueError):
         m.predict(X)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("scale", [2.0**-110, 2.0**-60, 2.0**60, 2.0**110])
+def test_fit_scales_with_data_beyond_the_float32_range(
+    assignment: str, scale: float, blobs: Dataset
+) -> None:
+    # Squared distances of such data overflow (or underflow) float32; the fit runs scaled
+    # by a power of two, exactly: the same fit, in the data's units.
+    told: list = []
+    ref = model(n_clusters=3, assignment=assignment).fit(blobs.X, callback=told.append)
+    seen: list = []
+    m = model(n_clusters=3, assignment=assignment).fit(blobs.X * scale, callback=seen.append)
+    np.testing.assert_array_equal(m.cluster_centers_, ref.cluster_centers_ * scale)
+    np.testing.assert_array_equal(m.labels_, ref.labels_)
+    np.testing.assert_array_equal(m.predict(blobs.X * scale), ref.labels_)
+    assert m.inertia_ == pytest.approx(ref.inertia_ * scale**2, rel=1e-12)
+    assert m.sigma_ == pytest.approx(ref.sigma_ * scale**2, rel=1e-12)
+    assert m.score(blobs.X * scale) == pytest.approx(ref.score(blobs.X) * scale**2, rel=1e-12)
+    for got, want in zip(m.history_, ref.history_, strict=True):
+        assert got["sigma"] == pytest.approx(want["sigma"] * scale**2, rel=1e-12)
+        assert got["inertia"] == pytest.approx(want["inertia"] * scale**2, rel=1e-12)
+    np.testing.assert_allclose(
+        [(i.sigma, i.objective) for i in seen],
+        [(i.sigma * scale**2, i.objective * scale**2) for i in told],
+        rtol=1e-12,
+    )
+    np.testing.assert_allclose(
+        m.transform(blobs.X * scale), ref.transform(blobs.X) * scale, rtol=1e-6
+    )
+    difference = m.soft_assign(blobs.X * scale) - ref.soft_assign(blobs.X)
+    assert abs(difference).max() == 0.0
+
+
+def test_explicit_temperatures_and_init_are_in_the_data_units(blobs: Dataset) -> None:
+    scale = 2.0**80
+    params = {"n_clusters": 3, "sigma0": 50.0, "sigma_min": 0.5, "cooling": 0.5}
+    ref = model(**params).fit(blobs.X)
+    scaled = {**params, "sigma0": 50.0 * scale**2, "sigma_min": 0.5 * scale**2}
+    m = model(**scaled).fit(blobs.X * scale)
+    np.testing.assert_array_equal(m.cluster_centers_, ref.cluster_centers_ * scale)
+    init = blobs.X[:3]
+    ref = model(n_clusters=3, assignment="hard", init=init).fit(blobs.X)
+    m = model(n_clusters=3, assignment="hard", init=init * scale).fit(blobs.X * scale)
+    np.testing.assert_array_equal(m.cluster_centers_, ref.cluster_centers_ * scale)
+
+
+def test_values_beyond_the_compute_dtype_raise(blobs: Dataset) -> None:
+    X = blobs.X.copy()
+    X[0, 0] = 1e300  # finite in float64, not in float32
+    with pytest.raises(ValueError, match="dtype='float64'"):
+        model(n_clusters=3).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # one point far from the rest
+        assert np.isfinite(model(n_clusters=3, dtype="float64").fit(X).cluster_centers_).all()
 
 
 def test_wrong_shapes_raise(blobs: Dataset) -> None:

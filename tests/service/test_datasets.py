@@ -196,6 +196,16 @@ def test_non_finite_values_read_as_numbers(tmp_path: Path) -> None:
     assert "column 1 is -inf;" in detail
 
 
+def test_values_beyond_float32_are_refused(tmp_path: Path) -> None:
+    # Finite in float64, not in the workers' float32: refused with where and why.
+    detail = rejected(write(tmp_path, b'{"data": [[1, 2], [3, -1e300]]}'), JSON).detail
+    assert "row 1, column 1 is -1e+300" in detail and "float32" in detail
+    big = np.array([[1e39, 0.0]])
+    assert "row 0, column 0" in rejected(write(tmp_path, npy_bytes(big)), NPY).detail
+    largest = np.array([[np.finfo(np.float32).max, 1e20]])
+    assert parse(write(tmp_path, npy_bytes(largest)), NPY).array.shape == (1, 2)
+
+
 def test_npy_object_arrays_are_refused_not_unpickled(tmp_path: Path) -> None:
     buf = io.BytesIO()
     np.save(buf, np.array([[1, None]], dtype=object), allow_pickle=True)
