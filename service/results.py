@@ -133,6 +133,7 @@ class ResultStore:
                     "n_features": n_features,
                     "n_clusters": int(centroids.shape[0]),
                     "stopped_early": bool(getattr(model, "stopped_early_", False)),
+                    "device": str(getattr(model, "device", "cpu")),
                     "attempt": attempt,
                     "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                 }

@@ -273,6 +273,7 @@ class JobResult(BaseModel):
                     "inertia": 1.25,
                     "n_iter": 42,
                     "sigma": 0.001,
+                    "device": "cpu",
                     "history": [{"sigma": 2.0, "objective": 10.0, "inertia": 9.0}],
                 }
             ]
@@ -284,6 +285,11 @@ class JobResult(BaseModel):
     inertia: float
     n_iter: int
     sigma: float
+    device: str | None = Field(
+        default=None,
+        description="Where the fit ran (`cpu`, `cuda:N`): a job's `device` the worker's "
+        "machine lacks runs on the worker's own.",
+    )
     history: list[HistoryEntry] | None = None
 
 

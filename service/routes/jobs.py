@@ -252,6 +252,8 @@ def get_result(
         "n_iter": int(summary["n_iter"]),
         "sigma": float(summary["sigma"]),
     }
+    if "device" in summary:  # results saved before the field have none
+        body["device"] = str(summary["device"])
     if "centroids" in parts:
         body["centroids"] = _listable(summary["centroids"])
     if "labels" in parts:

@@ -400,11 +400,12 @@ def test_worker_refuses_a_device_it_does_not_have(
 
 
 def test_unavailable_job_device_falls_back(
-    queue: JobQueue, make_worker: Callable[..., Worker]
+    queue: JobQueue, make_worker: Callable[..., Worker], results: ResultStore
 ) -> None:
     job_id = queue.submit("ds", {**PARAMS, "device": "cuda:99"})["id"]
     make_worker(queue).run_once(block_ms=200)
     assert _status(queue, job_id) == "succeeded"
+    assert results.summary(job_id)["device"] == "cpu"  # where it ran, for the client
 
 
 def test_run_loop_serves_jobs_until_stopped(
@@ -458,6 +459,7 @@ def test_auto_device_runs_on_the_gpu(
     X = np.load(data_dir / "datasets" / "ds.npy")
     direct = RBFKMeans(**PARAMS, device="cpu").fit(X)
     assert results.summary(job_id)["inertia"] == pytest.approx(direct.inertia_, rel=1e-4)
+    assert results.summary(job_id)["device"] == "cuda:0"
 
 
 def _process_settings(redis_server: str, data_dir: Path, **overrides: Any) -> Settings:
