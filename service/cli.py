@@ -1,7 +1,8 @@
 """`rbfkm serve | api | worker`: run the service, or one half of it.
 
 - `serve`: everything in one command. Without `REDIS_URL` it starts the embedded Redis
-  (data under `{data_dir}/redis`), spawns `settings.workers` worker processes and the API.
+  (data under `{data_dir}/redis`), `settings.workers` worker processes (a worker that
+  dies is replaced, see :mod:`service.supervisor`) and the API.
 - `api`: the HTTP API only (needs `REDIS_URL`).
 - `worker`: worker processes only (needs `REDIS_URL`: the embedded Redis of a `serve` is
   private to it, so workers elsewhere cannot share it).
@@ -12,7 +13,6 @@ Command-line options override the environment (see README for every variable).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import signal
 import sys
 import threading
@@ -22,8 +22,6 @@ from typing import Any
 
 from service import __version__
 from service.settings import Settings
-
-_STOP_GRACE_S = 15.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,18 +68,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
-def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess]) -> None:
-    """SIGTERM the workers (they finish or hand back their job), then kill stragglers."""
-    for proc in processes:
-        if proc.is_alive():
-            proc.terminate()
-    for proc in processes:
-        proc.join(_STOP_GRACE_S)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-
-
 def _run_api(settings: Settings) -> None:
     import uvicorn
 
@@ -106,20 +92,22 @@ def _run_api(settings: Settings) -> None:
 def serve(settings: Settings) -> int:
     """Run Redis (embedded unless REDIS_URL is set), workers and the API until a signal."""
     from service.embedded import EmbeddedRedis
-    from service.worker import spawn_workers
+    from service.supervisor import WorkerSupervisor
 
     embedded: EmbeddedRedis | None = None
-    workers: list[Any] = []
+    supervisor: WorkerSupervisor | None = None
     try:
         if not settings.redis_url:
             embedded = EmbeddedRedis(settings.data_dir)
             url = embedded.start()
             print(f"rbfkm embedded Redis on {url} (data in {embedded.dir})", flush=True)
             settings = settings.model_copy(update={"redis_url": url})
-        workers = spawn_workers(settings, settings.workers)
+        # Workers that die are replaced: their jobs are taken over once the lease lapses.
+        supervisor = WorkerSupervisor(settings, settings.workers).start()
         _run_api(settings)  # uvicorn returns on SIGINT / SIGTERM
     finally:
-        stop_processes(workers)
+        if supervisor is not None:
+            supervisor.stop()
         if embedded is not None:
             embedded.stop()
     return 0
@@ -136,22 +124,20 @@ def _needs_redis(settings: Settings, command: str) -> None:
 
 def run_workers(settings: Settings) -> int:
     """Run worker(s) until SIGINT/SIGTERM: one in this process, or `settings.workers` children."""
-    from service.worker import run_worker_process, spawn_workers
+    from service.supervisor import WorkerSupervisor
+    from service.worker import run_worker_process
 
     print(f"rbfkm worker(s) on {settings.redis_url}", flush=True)
     if settings.workers <= 1:
+        # One worker in this process: if it dies, so does the command, for the process
+        # manager (compose, systemd, Kubernetes) to restart.
         run_worker_process(settings)  # handles SIGINT/SIGTERM: finishes the job, then returns
         return 0
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    workers = spawn_workers(settings, settings.workers)
-    try:
-        while not stop.wait(0.5):
-            if not any(proc.is_alive() for proc in workers):
-                return 1
-    finally:
-        stop_processes(workers)
+    with WorkerSupervisor(settings, settings.workers):
+        stop.wait()
     return 0
 
 

@@ -443,12 +443,17 @@ def spawn_workers(
     *,
     estimator: Callable[..., Any] | None = None,
     daemon: bool = True,
+    first_index: int = 0,
 ) -> list[BaseProcess]:
-    """Start ``n`` worker processes with the ``spawn`` method (CUDA-safe); returns them."""
+    """Start ``n`` worker processes with the ``spawn`` method (CUDA-safe); returns them.
+
+    ``first_index``: the index of the first (it picks the device under ``auto``, see
+    :func:`_device_for`); a replacement takes the index of the worker it replaces.
+    """
     context = multiprocessing.get_context("spawn")
     payload = _settings_payload(settings)
     processes = []
-    for index in range(n):
+    for index in range(first_index, first_index + n):
         process = context.Process(
             target=run_worker_process,
             args=(payload, index),

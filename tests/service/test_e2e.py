@@ -26,9 +26,9 @@ import uvicorn
 
 from rbfkm_engine import RBFKMeans
 from service.app import create_app
-from service.cli import stop_processes
 from service.embedded import free_port
 from service.settings import Settings
+from service.supervisor import stop_processes
 from service.worker import spawn_workers
 from tests.service.conftest import blobs, make_settings, npy_bytes, wait_for
 
