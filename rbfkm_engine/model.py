@@ -583,7 +583,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Xt, C, out_dtype = self._predict_inputs(X)
         out = torch.empty((Xt.shape[0], C.shape[0]), dtype=Xt.dtype, device=Xt.device)
         for rows, D in self._blocks(Xt, C):
-            out[rows] = D.sqrt_().div_(self._scale)
+            out[rows] = _times_power_of_two(D.sqrt_(), 1.0 / self._scale)
         return out.cpu().numpy().astype(out_dtype, copy=False)
 
     def soft_assign(self, X: Any, sigma: float | None = None) -> sp.csr_matrix:
@@ -638,9 +638,16 @@ def _scaled(Xt: torch.Tensor, source: Any, scale: float) -> torch.Tensor:
     here (as :func:`_centred`)."""
     if scale == 1.0:
         return Xt
-    if _may_share_memory(Xt, source):
-        return Xt * scale
-    return Xt.mul_(scale)
+    return _times_power_of_two(Xt.clone() if _may_share_memory(Xt, source) else Xt, scale)
+
+
+def _times_power_of_two(t: torch.Tensor, scale: float) -> torch.Tensor:
+    """``t *= scale`` (a power of two) in place, in two halves: float32 data near its
+    smallest subnormals needs a scale up to ``2^149``, beyond float32's range as one
+    factor (it would round to inf); each half is a float32 and each product exact."""
+    exponent = math.frexp(scale)[1] - 1  # scale = 2^exponent
+    half = exponent // 2
+    return t.mul_(math.ldexp(1.0, half)).mul_(math.ldexp(1.0, exponent - half))
 
 
 def _squared_in_fit_units(value: float, scale: float) -> float:

@@ -728,6 +728,18 @@ def test_fit_scales_with_data_beyond_the_float32_range(
     assert abs(difference).max() == 0.0
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_data_at_float32_subnormal_scale_fits(assignment: str, blobs: Dataset) -> None:
+    # 1e-42 is a float32 subnormal: the scale that lifts it (about 2^140) is beyond float32
+    # as one factor. The data keep only a few bits there, but the fit is a fixed point.
+    X = blobs.X * 1e-42
+    m = model(n_clusters=3, assignment=assignment).fit(X)
+    assert np.isfinite(m.cluster_centers_).all() and np.isfinite(m.transform(X)).all()
+    np.testing.assert_array_equal(m.predict(X), m.labels_)
+    reference = model(n_clusters=3, assignment=assignment).fit(blobs.X)
+    assert m.inertia_ == pytest.approx(reference.inertia_ * 1e-84, rel=0.05)
+
+
 def test_explicit_temperatures_and_init_are_in_the_data_units(blobs: Dataset) -> None:
     scale = 2.0**80
     params = {"n_clusters": 3, "sigma0": 50.0, "sigma_min": 0.5, "cooling": 0.5}
