@@ -473,13 +473,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             # predict would repeat the solver's last pass operation for operation (same
             # centred data, centres and blocks): its labels are predict(X).
             self.labels_ = best.labels.cpu().numpy()
-            self.inertia_ = float(best.inertia) / scale / scale
+            self.inertia_ = _squared_in_data_units(float(best.inertia), scale)
         else:
             # A wider inference precision: labels and inertia through predict's own path,
             # so that labels_ == predict(X) holds exactly.
             self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
         self.n_iter_ = int(best.n_iter)
-        self.sigma_ = float(best.sigma) / scale / scale
+        self.sigma_ = _squared_in_data_units(float(best.sigma), scale)
         self.history_ = [_unscaled_record(record, scale) for record in best.history]
         self.stopped_early_ = bool(best.stopped_early)
         distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters)))
@@ -568,7 +568,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w = self._weights(sample_weight, Xt)
         last_pass = FixedPointIteration(Xt, w, self.n_clusters, self._chunk(Xt))
         inertia = last_pass.hard_labels(C)
-        return last_pass.labels.cpu().numpy(), inertia / self._scale / self._scale
+        return last_pass.labels.cpu().numpy(), _squared_in_data_units(inertia, self._scale)
 
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre for each sample (int64)."""
@@ -656,14 +656,21 @@ def _squared_in_fit_units(value: float, scale: float) -> float:
     return min(max(value * scale * scale, sys.float_info.min), sys.float_info.max)
 
 
+def _squared_in_data_units(value: float, scale: float) -> float:
+    """A squared distance (an inertia, a temperature) of the scaled fit in the data's
+    units: divided by ``scale`` twice, as its square may underflow."""
+    return value / scale / scale
+
+
 def _unscaled_record(record: dict[str, float], scale: float) -> dict[str, float]:
     """A ``history_`` record in the data's units: temperatures and energies are squared
-    distances (divided by ``scale`` twice: its square may underflow)."""
+    distances."""
     if scale == 1.0:
         return record
     squared = ("sigma", "objective", "inertia")
     return {
-        key: value / scale / scale if key in squared else value for key, value in record.items()
+        key: _squared_in_data_units(value, scale) if key in squared else value
+        for key, value in record.items()
     }
 
 
@@ -673,7 +680,8 @@ def _unscaled_callback(callback: Callback | None, scale: float) -> Callback | No
         return callback
 
     def told(info: FitProgress) -> bool | None:
-        sigma, objective = info.sigma / scale / scale, info.objective / scale / scale
+        sigma = _squared_in_data_units(info.sigma, scale)
+        objective = _squared_in_data_units(info.objective, scale)
         return callback(dataclasses.replace(info, sigma=sigma, objective=objective))
 
     return told
