@@ -22,6 +22,7 @@ from .anneal import (
     SIGMA_MIN_RATIO,
     critical_temperature,
     geometric_schedule,
+    iterations_per_temperature,
     largest_eigenvalue,
     weighted_covariance,
     weighted_mean,
@@ -102,7 +103,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Last temperature; ``"auto"``: ``1e-4 x 2 lambda_max``. Annealing also stops once
         almost every point is hard (exactly, for entmax15).
     cooling : float, default=0.8
-        Geometric rate ``sigma <- cooling * sigma``, in (0, 1).
+        Geometric rate ``sigma <- cooling * sigma``, in (0, 1). Each temperature gets up
+        to ``ceil(log(cooling) / log(0.8))`` fixed-point iterations (1 at the default),
+        fewer once the centres move less than ``tol``.
     max_iter : int, default=300
         Fixed-point iterations in total, all temperatures and the final Lloyd phase together.
     tol : float, default=1e-4
@@ -442,6 +445,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 max_iter=int(self.max_iter),
                 tol=tol,
                 chunk_size=chunk,
+                iterations_per_sigma=iterations_per_temperature(float(self.cooling)),
                 x_sq=x_sq,
                 callback=_unscaled_callback(callback, scale),
                 progress_offset=run / n_init,

@@ -5,14 +5,15 @@ the accumulation of the M-step ``c_j = sum_i w_i R_ij x_i / sum_i w_i R_ij``: de
 responsibilities go through one GEMM ``R^T X`` per block, sparse ones (entmax15 at low
 temperature, hard) through ``index_add_`` over their few support slots, so there is never
 a Python loop over points. At each temperature the iteration is repeated until the centres
-move less than ``tol`` (at most ``MAX_ITER_PER_SIGMA`` times: warm starts make that
-enough); the temperature then falls geometrically, and a final phase of hard (Lloyd)
-iterations ends on a true K-Means fixed point. Annealed fits grow their centres from the
-weighted mean by twin splits and merge centres that fall back together (:func:`anneal`);
-Lloyd passes keep the M-step sums and correct them for the points that moved. Annealed
-fits end with a search for moves out of poor fixed points (split-merges, Hartigan moves and
-centre swaps: :func:`refine`, math in :mod:`rbfkm_engine.swaps`), each followed by Lloyd
-to a new fixed point.
+move less than ``tol``, at most ``iterations_per_sigma`` times (once at the default
+cooling: warm starts make that enough, see
+:func:`~rbfkm_engine.anneal.iterations_per_temperature`); the temperature then falls
+geometrically, and a final phase of hard (Lloyd) iterations ends on a true K-Means fixed
+point. Annealed fits grow their centres from the weighted mean by twin splits and merge
+centres that fall back together (:func:`anneal`); Lloyd passes keep the M-step sums and
+correct them for the points that moved. Annealed fits end with a search for moves out of
+poor fixed points (split-merges, Hartigan moves and centre swaps: :func:`refine`, math in
+:mod:`rbfkm_engine.swaps`), each followed by Lloyd to a new fixed point.
 
 This module knows tensors only; validation and conversions live in ``model.py``.
 """
@@ -63,11 +64,6 @@ _FARTHEST_CANDIDATES = 1024
 _FARTHEST_GROWTH = 8
 #: A trial's Lloyd phase may be abandoned after this many iterations (``_bound_to_end_above``).
 TRIAL_CHECK_AFTER = 3
-#: Fixed-point iterations at one temperature at most. Warm starts make few enough: on the
-#: benchmarks' hard set every temperature spends the cap (the shift stays above ``tol``),
-#: yet 2 instead of 3 reaches the same or lower inertia there and on digits, in about a
-#: quarter less time.
-MAX_ITER_PER_SIGMA = 2
 
 
 @dataclass(frozen=True)
@@ -768,6 +764,7 @@ def anneal(
     n_clusters: int,
     assignment: str,
     schedule: list[float],
+    iterations_per_sigma: int,
     budget_iter: int,
     tol: float,
     budget: _Budget,
@@ -823,7 +820,8 @@ def anneal(
             break
         remaining = len(schedule) - t
         cap = min(
-            MAX_ITER_PER_SIGMA, max(2, math.ceil(2 * (budget_iter - budget.n_iter) / remaining))
+            iterations_per_sigma,
+            max(2, math.ceil(2 * (budget_iter - budget.n_iter) / remaining)),
         )
         iters = 0
         stats = None
@@ -1203,6 +1201,7 @@ def solve(
     max_iter: int,
     tol: float,
     chunk_size: int,
+    iterations_per_sigma: int = 1,
     x_sq: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     callback: Callback | None = None,
@@ -1217,6 +1216,7 @@ def solve(
     counts every iteration, all temperatures together; a share of it (``LLOYD_SHARE``) is
     kept for the Lloyd phase. With ``C0=None`` annealing starts from the weighted mean and
     grows the centres by phase transitions (see :func:`anneal`); otherwise from ``C0``.
+    ``iterations_per_sigma``: fixed-point iterations at one temperature at most.
     ``x_sq``: the rows' squared norms, when the caller has them (read only).
     """
     fp = FixedPointIteration(X, sample_weight, n_clusters, chunk_size, x_sq)
@@ -1238,6 +1238,7 @@ def solve(
             n_clusters=n_clusters,
             assignment=assignment,
             schedule=schedule,
+            iterations_per_sigma=iterations_per_sigma,
             budget_iter=anneal_budget,
             tol=tol,
             budget=budget,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rbfkm_engine.anneal import (
     critical_temperature,
     geometric_schedule,
+    iterations_per_temperature,
     largest_eigenvalue,
     weighted_covariance,
     weighted_mean,
@@ -225,6 +226,21 @@ def test_schedule_ending_on_an_exact_power_has_no_repeat(cooling: float, power: 
 def test_schedule_rejects_bad_cooling(cooling: float) -> None:
     with pytest.raises(ValueError, match="cooling"):
         geometric_schedule(1.0, 0.1, cooling)
+
+
+@pytest.mark.parametrize(
+    ("cooling", "iterations"), [(0.8, 1), (0.95, 1), (0.64, 2), (0.6, 3), (0.5, 4), (0.1, 11)]
+)
+def test_iterations_per_temperature(cooling: float, iterations: int) -> None:
+    # Enough that the temperature falls by at most 0.8 per iteration: 0.8**2 is exactly 2.
+    assert iterations_per_temperature(cooling) == iterations
+    assert cooling ** (1 / iterations) >= 0.8 - 1e-12
+
+
+@pytest.mark.parametrize("cooling", (0.0, 1.0, -0.5))
+def test_iterations_per_temperature_rejects_bad_cooling(cooling: float) -> None:
+    with pytest.raises(ValueError, match="cooling"):
+        iterations_per_temperature(cooling)
 
 
 @pytest.mark.parametrize(("sigma0", "sigma_min"), [(0.0, 0.1), (1.0, 0.0), (-1.0, 0.1)])

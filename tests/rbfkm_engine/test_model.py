@@ -416,13 +416,28 @@ def test_history_records(assignment: str, blobs: Dataset) -> None:
     assert m.n_iter_ <= m.max_iter
 
 
+@pytest.mark.parametrize(("cooling", "cap"), [(0.8, 1), (0.3, 6)])
+def test_iterations_per_temperature_follow_cooling(
+    cooling: float, cap: int, blobs: Dataset
+) -> None:
+    # One fixed-point iteration per temperature at the default cooling; a coarser schedule
+    # gets more (up to the cap, fewer once the centres move less than tol).
+    m = model(n_clusters=blobs.k, assignment="entmax15", cooling=cooling).fit(blobs.X)
+    annealed = [record["iterations"] for record in m.history_ if record["sigma"] > 0]
+    assert annealed and max(annealed) <= cap
+    if cap > 1:
+        assert max(annealed) > 1, annealed
+
+
 def test_entmax_history_support_shrinks(blobs: Dataset) -> None:
     # With all k centres from the start (an init array), the hot end has every centre in
-    # every support (they sit together at the mean) and the cold end exactly one.
+    # every support once they sit together at the mean (a record holds the statistics of
+    # its temperature's last iteration, made at the centres that iteration started from:
+    # the first one's are the init's) and the cold end exactly one.
     init = blobs.X[:4]
     m = model(n_clusters=blobs.k, assignment="entmax15", init=init).fit(blobs.X)
     nnz = [r["mean_nnz"] for r in m.history_]
-    assert nnz[0] == pytest.approx(blobs.k)
+    assert nnz[1] == pytest.approx(blobs.k)
     assert nnz[-1] == pytest.approx(1.0)
     # Grown by splitting (string init), the support never exceeds k and ends at one.
     grown = model(n_clusters=blobs.k, assignment="entmax15").fit(blobs.X)
@@ -1052,8 +1067,11 @@ def test_single_point_clusters_stay_finite(assignment: str) -> None:
 def test_merged_centres_free_their_slot(assignment: str, seed: int) -> None:
     # Five blobs, two of them close: without merging centres that fell back together, a
     # spurious early split of an isolated blob kept two centres there and the close pair
-    # shared one (inertia 1.5x the optimum).
+    # shared one (inertia 1.5x the optimum). The same partition as the best of ten
+    # restarts; the inertia agrees up to the centres' tolerance (converged to tol, not
+    # exactly onto the means).
     X, _ = make_blobs(n_samples=2000, centers=5, n_features=3, random_state=0)
-    best = KMeans(n_clusters=5, n_init=10, random_state=0).fit(X).inertia_
+    best = KMeans(n_clusters=5, n_init=10, random_state=0).fit(X)
     m = model(n_clusters=5, assignment=assignment, random_state=seed).fit(X)
-    assert m.inertia_ <= best * (1 + 1e-6)
+    assert adjusted_rand_score(best.labels_, m.labels_) == 1.0
+    assert m.inertia_ <= best.inertia_ * (1 + 1e-4)
