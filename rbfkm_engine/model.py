@@ -336,24 +336,27 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _schedule(
         self, X: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor, scale: float = 1.0
-    ) -> list[float]:
+    ) -> tuple[list[float], torch.Tensor | None]:
         """Temperatures for this fit (``mean``: of ``X``, float64; ``X`` is the data times
-        ``scale``, so explicit temperatures, squared distances, are times ``scale**2``);
-        empty for hard or degenerate data.
+        ``scale``, so explicit temperatures, squared distances, are times ``scale**2``),
+        empty for hard or degenerate data; and the weighted covariance when an ``"auto"``
+        temperature needed it (the solver grows the first twin with it).
 
         Grown fits start from one centre and its twin, whose entmax15 critical temperature
         is that of 2 coincident centres, not of ``k``: starting at the latter would only
         spend iterations on a state that cannot split.
         """
         if self.assignment == "hard":
-            return []
+            return [], None
         needs_lambda = self.sigma0 == "auto" or self.sigma_min == "auto"
+        cov = None
         if needs_lambda:
-            lambda_max = largest_eigenvalue(weighted_covariance(X, w, mean=mean))
+            cov = weighted_covariance(X, w, mean=mean)
+            lambda_max = largest_eigenvalue(cov)
         else:
             lambda_max = 1.0
         if needs_lambda and lambda_max <= 0.0:
-            return []  # constant data: nothing to anneal
+            return [], None  # constant data: nothing to anneal
         coincident = min(2, self.n_clusters) if self._grows_centres() else self.n_clusters
         sigma0 = (
             SIGMA0_MARGIN * critical_temperature(lambda_max, coincident, self.assignment)
@@ -365,9 +368,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if self.sigma_min == "auto"
             else _squared_in_fit_units(float(self.sigma_min), scale)
         )
-        return geometric_schedule(
+        schedule = geometric_schedule(
             sigma0, min(sigma_min, sigma0), float(self.cooling), max_length=int(self.max_iter)
         )
+        return schedule, cov
 
     def fit(
         self,
@@ -424,7 +428,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             spread = _weighted_total(x_sq, w) / weight
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * spread / Xt.shape[1]
-        schedule = self._schedule(Xt, w, mean - origin, scale)
+        schedule, cov = self._schedule(Xt, w, mean - origin, scale)
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None
@@ -446,6 +450,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 tol=tol,
                 chunk_size=chunk,
                 iterations_per_sigma=iterations_per_temperature(float(self.cooling)),
+                covariance=cov if grow else None,
                 x_sq=x_sq,
                 callback=_unscaled_callback(callback, scale),
                 progress_offset=run / n_init,
@@ -466,7 +471,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        del Xt, x_sq
+        del Xt, x_sq, cov
         self._scale = scale
         self._origin = origin.cpu().numpy()
         self._centred_centers = best.centres.cpu().numpy()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .anneal import collapsed_objective, grow_twin_linearly
 from .assign import EStep, SparseResponsibilities, nearest, responsibilities
 from .distances import iter_chunks, squared_distances, squared_norms
 from .init import sample_proportional
@@ -56,6 +57,9 @@ LLOYD_SHARE = 0.2
 PERTURB = 3e-2
 #: ... and becomes a centre once the pair is this fraction of the radius apart.
 SPLIT = 1e-1
+#: The first twin grows by the linearised map, without passes over the data, while its
+#: offset stays below this fraction of the radius (see ``grow_twin_linearly``).
+LINEAR_TWIN_LIMIT = SPLIT / 2
 #: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
 _ROW_REDUCTION_WIDTH = 16
 #: Re-seeding ``n`` empty clusters looks for them among the ``max(_FARTHEST_CANDIDATES,
@@ -772,6 +776,7 @@ def anneal(
     generator: torch.Generator | None,
     split: bool,
     verbose: bool,
+    covariance: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, float]:
     """Warm-started fixed-point iterations over the temperature schedule.
 
@@ -782,6 +787,11 @@ def anneal(
     new twin) until there are ``n_clusters``. The number of centres a region of the data
     receives is thus decided by the data's own phase transitions, not by the initial
     centres. Returns the centres and the last temperature.
+
+    ``covariance``: the data's weighted covariance (float64), when the caller has it. The
+    lone first pair then skips the hottest temperatures, where its offset is far below
+    the radius, by the linearised map (:func:`~rbfkm_engine.anneal.grow_twin_linearly`);
+    their records hold the collapsed state's statistics and 0 iterations.
     """
     k = n_clusters
     twins: torch.Tensor | None = None
@@ -811,11 +821,40 @@ def anneal(
         scale = PERTURB * radius2.clamp_min(0.0).sqrt().unsqueeze(1) / norm.clamp_min(1e-300)
         return torch.where(norm > 0, centres + offset * scale, fresh)
 
-    if split and k > 1:
+    start = 0
+    if split and k > 1 and covariance is not None:
+        radius2 = covariance.trace()  # of the one centre, the weighted mean
+        radius = float(radius2.sqrt())
+        offset = new_twins(C, radius2.to(C.dtype).reshape(1))[0] - C[0]
+        start, offset = grow_twin_linearly(
+            covariance,
+            offset,
+            schedule,
+            assignment,
+            floor=PERTURB * radius,
+            limit=LINEAR_TWIN_LIMIT * radius,
+        )
+        twins = C + offset.to(C.dtype)
+        inertia = float(radius2) * fp.total_weight
+        for sigma in schedule[:start]:
+            objective = collapsed_objective(inertia, fp.total_weight, sigma, assignment)
+            collapsed = IterationStats(
+                objective=objective,
+                inertia=inertia,
+                mean_nnz=1.0,  # the twin counts with its centre
+                n_soft=fp.X.shape[0],
+                soft_weight=fp.total_weight,
+                spread=radius2.reshape(1),
+            )
+            _record(history, sigma, collapsed, 0)
+            sigma_reached = sigma
+        if verbose and start:
+            print(f"sigma={schedule[0]:.4g}..{schedule[start - 1]:.4g} twin grown linearly")
+    elif split and k > 1:
         _, den, stats = fp.step(C, schedule[0], assignment, need_spread=True)
         twins = new_twins(C, stats.spread / den.clamp_min(1e-300))
 
-    for t, sigma in enumerate(schedule):
+    for t, sigma in enumerate(schedule[start:], start):
         if budget.n_iter >= budget_iter or budget.stopped:
             break
         remaining = len(schedule) - t
@@ -1202,6 +1241,7 @@ def solve(
     tol: float,
     chunk_size: int,
     iterations_per_sigma: int = 1,
+    covariance: torch.Tensor | None = None,
     x_sq: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     callback: Callback | None = None,
@@ -1217,6 +1257,8 @@ def solve(
     kept for the Lloyd phase. With ``C0=None`` annealing starts from the weighted mean and
     grows the centres by phase transitions (see :func:`anneal`); otherwise from ``C0``.
     ``iterations_per_sigma``: fixed-point iterations at one temperature at most.
+    ``covariance``: the data's weighted covariance, when the caller has it (see
+    :func:`anneal`).
     ``x_sq``: the rows' squared norms, when the caller has them (read only).
     """
     fp = FixedPointIteration(X, sample_weight, n_clusters, chunk_size, x_sq)
@@ -1239,6 +1281,7 @@ def solve(
             assignment=assignment,
             schedule=schedule,
             iterations_per_sigma=iterations_per_sigma,
+            covariance=covariance,
             budget_iter=anneal_budget,
             tol=tol,
             budget=budget,

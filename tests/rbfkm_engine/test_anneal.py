@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rbfkm_engine.anneal import (
+    collapsed_objective,
     critical_temperature,
     geometric_schedule,
+    grow_twin_linearly,
     iterations_per_temperature,
     largest_eigenvalue,
     weighted_covariance,
@@ -169,6 +171,55 @@ def test_weighted_critical_temperature() -> None:
     assert lam_w != pytest.approx(largest_eigenvalue(weighted_covariance(X)), rel=1e-3)
     repeated_lam = largest_eigenvalue(weighted_covariance(X.repeat(2, 1), w.repeat(2)))
     assert lam_w == pytest.approx(repeated_lam)
+
+
+# ----------------------------------------------------------------- linearised first twin
+
+
+@pytest.mark.parametrize("assignment", ["entmax15", "softmax"])
+@pytest.mark.parametrize("ratio", [1.1, 0.9, 0.6])
+def test_linear_twin_growth_matches_one_iteration(assignment: str, ratio: float) -> None:
+    # The centre at the mean and a twin at a small offset e: one real fixed-point
+    # iteration moves the pair apart (below Tc) or together (above) as the linearised map
+    # says, up to O(|e|^2).
+    X = anisotropic_data(2000)
+    cov = weighted_covariance(X)
+    lam = largest_eigenvalue(cov)
+    sigma = ratio * critical_temperature(lam, 2, assignment)
+    mean = X.mean(dim=0)
+    e = 1e-3 * math.sqrt(lam) * torch.tensor([0.6, 0.8], dtype=torch.float64)
+    C = fixed_point(X, torch.stack([mean, mean + e]), sigma, assignment, iterations=1)
+    steps, predicted = grow_twin_linearly(cov, e, [sigma], assignment, floor=0.0, limit=math.inf)
+    assert steps == 1
+    torch.testing.assert_close(C[1] - C[0], predicted, rtol=1e-2, atol=0)
+
+
+def test_linear_twin_growth_keeps_the_floor_and_stops_before_the_limit() -> None:
+    # Along the top axis each step multiplies the offset by Tc / sigma: 0.8 (below the
+    # floor: rescaled to it), 1.25, 1.5625, then 1.953 would pass the limit.
+    cov = torch.diag(torch.tensor([4.0, 1.0], dtype=torch.float64))
+    tc = critical_temperature(4.0, 2, "entmax15")
+    schedule = [1.25 * tc] + [tc * 0.8**t for t in range(1, 6)]
+    e = torch.tensor([0.1, 0.0], dtype=torch.float64)
+    steps, grown = grow_twin_linearly(cov, e, schedule, "entmax15", floor=0.1, limit=0.3)
+    assert steps == 3
+    torch.testing.assert_close(grown, torch.tensor([0.1 * 1.25 * 1.5625, 0.0]).double())
+    steps, _ = grow_twin_linearly(cov, e, schedule, "entmax15", floor=0.1, limit=math.inf)
+    assert steps == len(schedule)
+
+
+@pytest.mark.parametrize("assignment", ["entmax15", "softmax"])
+def test_collapsed_objective_is_the_maps_energy(assignment: str) -> None:
+    # Two centres at the mean: every point's responsibility is (1/2, 1/2).
+    X = anisotropic_data()
+    mean = X.mean(dim=0, keepdim=True)
+    D = torch.cdist(X, torch.cat([mean, mean])) ** 2
+    sigma = 3.0
+    energy = float(responsibilities(D, sigma, assignment).energy.sum())
+    inertia = float(D[:, 0].sum())
+    assert collapsed_objective(inertia, X.shape[0], sigma, assignment) == pytest.approx(
+        energy, rel=1e-12
+    )
 
 
 # --------------------------------------------------------------------------------- schedule

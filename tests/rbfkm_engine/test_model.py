@@ -416,6 +416,29 @@ def test_history_records(assignment: str, blobs: Dataset) -> None:
     assert m.n_iter_ <= m.max_iter
 
 
+def test_first_twin_grows_linearly_through_the_hottest_temperatures(blobs: Dataset) -> None:
+    # The lone first pair is advanced by the linearised map at the hottest temperatures:
+    # their records come first, with 0 iterations and the collapsed state's statistics.
+    X = blobs.X.astype(np.float64)
+    m = model(n_clusters=blobs.k, assignment="entmax15").fit(X)
+    lam = np.linalg.eigvalsh(np.cov(X.T, bias=True)).max()
+    annealed = [r for r in m.history_ if r["sigma"] > 0]
+    assert annealed[0]["sigma"] == pytest.approx(1.1 * 2 * np.sqrt(2) * lam, rel=1e-5)
+    iterations = [r["iterations"] for r in annealed]
+    hot = iterations.index(1)
+    assert hot >= 1 and set(iterations[:hot]) == {0} and min(iterations[hot:]) >= 1
+    total = float(((X - X.mean(axis=0)) ** 2).sum())
+    assert annealed[0]["inertia"] == pytest.approx(total, rel=1e-5)
+    assert annealed[0]["objective"] < annealed[0]["inertia"]
+    assert sum(iterations) <= m.n_iter_
+    # Explicit temperatures need no covariance: every temperature gets real iterations.
+    sigma0 = annealed[0]["sigma"]
+    explicit = model(
+        n_clusters=blobs.k, assignment="entmax15", sigma0=sigma0, sigma_min=1e-3 * sigma0
+    ).fit(X)
+    assert min(r["iterations"] for r in explicit.history_ if r["sigma"] > 0) >= 1
+
+
 @pytest.mark.parametrize(("cooling", "cap"), [(0.8, 1), (0.3, 6)])
 def test_iterations_per_temperature_follow_cooling(
     cooling: float, cap: int, blobs: Dataset
