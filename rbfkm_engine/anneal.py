@@ -135,8 +135,8 @@ def grow_twin_linearly(
     advanced, and the offset.
 
     On digits the pair so reaches the temperature where it splits with the same
-    statistics as by real iterations (inertia 2.11925e6 against 2.11928e6 there), three
-    passes sooner.
+    statistics as by real iterations (inertia 2.11925e6 against 2.11928e6 there), four
+    passes sooner (three temperatures and the pass that measured the first radius).
     """
     gain = critical_temperature(1.0, 2, assignment)
     e = offset.to(cov.dtype)

@@ -133,7 +133,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     sigma_ : float, the last annealing temperature (0.0 for ``"hard"``)
     history_ : list of dict, one per temperature, one for the Lloyd phase and one for
         the Lloyd phase after each swap (``sigma = 0`` for both), with
-        ``sigma, objective, inertia, iterations, mean_nnz``
+        ``sigma, objective, inertia, iterations, mean_nnz``. A grown fit's hottest
+        temperatures, where the first twin is advanced by the linearised map, have
+        ``iterations = 0`` and the statistics of the collapsed centres.
     stopped_early_ : bool, whether the fit callback stopped the fit
 
     Examples
