@@ -431,6 +431,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * spread / Xt.shape[1]
         schedule, cov = self._schedule(Xt, w, mean - origin, scale)
+        if cov is not None and cov.numel() > Xt.numel():
+            # Wider data than rows: the (d, d) covariance would outweigh X through the
+            # fit; the first twin then starts from a pass over the data instead.
+            cov = None
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None

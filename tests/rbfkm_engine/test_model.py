@@ -439,6 +439,16 @@ def test_first_twin_grows_linearly_through_the_hottest_temperatures(blobs: Datas
     assert min(r["iterations"] for r in explicit.history_ if r["sigma"] > 0) >= 1
 
 
+def test_wide_data_grows_the_first_twin_by_passes() -> None:
+    # More features than rows: the (d, d) covariance is not kept through the fit.
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(20, 64)), 5.0 + rng.normal(size=(20, 64))])
+    m = model(n_clusters=2, assignment="entmax15").fit(X)
+    assert min(r["iterations"] for r in m.history_) >= 1
+    np.testing.assert_array_equal(m.labels_, m.predict(X))
+    assert len(set(m.labels_[:20])) == 1 and len(set(m.labels_[20:])) == 1
+
+
 @pytest.mark.parametrize(("cooling", "cap"), [(0.8, 1), (0.3, 6)])
 def test_iterations_per_temperature_follow_cooling(
     cooling: float, cap: int, blobs: Dataset
