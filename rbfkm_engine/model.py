@@ -431,10 +431,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * spread / Xt.shape[1]
         schedule, cov = self._schedule(Xt, w, mean - origin, scale)
-        if cov is not None and cov.numel() > Xt.numel():
-            # Wider data than rows: the (d, d) covariance would outweigh X through the
-            # fit; the first twin then starts from a pass over the data instead.
+        grow = bool(schedule) and self._grows_centres()
+        if not grow or (cov is not None and cov.numel() > Xt.numel()):
+            # Only a grown fit's first twin uses the covariance; for data wider than it
+            # has rows the (d, d) matrix would outweigh X through the fit, and that twin
+            # starts from a pass over the data instead.
             cov = None
+        iterations_per_sigma = iterations_per_temperature(float(self.cooling))
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         best = None
@@ -442,7 +445,6 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         for run in range(n_init):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-            grow = bool(schedule) and self._grows_centres()
             C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, origin, scale)
             result = solve(
                 Xt,
@@ -455,8 +457,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 max_iter=int(self.max_iter),
                 tol=tol,
                 chunk_size=chunk,
-                iterations_per_sigma=iterations_per_temperature(float(self.cooling)),
-                covariance=cov if grow else None,
+                iterations_per_sigma=iterations_per_sigma,
+                covariance=cov,
                 x_sq=x_sq,
                 callback=_unscaled_callback(callback, scale),
                 progress_offset=run / n_init,

@@ -837,14 +837,13 @@ def anneal(
         twins = C + offset.to(C.dtype)
         inertia = float(radius2) * fp.total_weight
         for sigma in schedule[:start]:
-            objective = collapsed_objective(inertia, fp.total_weight, sigma, assignment)
             collapsed = IterationStats(
-                objective=objective,
+                objective=collapsed_objective(inertia, fp.total_weight, sigma, assignment),
                 inertia=inertia,
                 mean_nnz=1.0,  # the twin counts with its centre
                 n_soft=fp.X.shape[0],
                 soft_weight=fp.total_weight,
-                spread=radius2.reshape(1),
+                spread=torch.full((1,), inertia, dtype=C.dtype, device=C.device),
             )
             _record(history, sigma, collapsed, 0)
             sigma_reached = sigma
