@@ -4,11 +4,28 @@ K-Means is the zero-temperature limit of a radial-basis-function network: at tem
 ``sigma`` the responsibilities are ``map(-D / sigma)`` (softmax, sparse entmax15 or hard),
 and annealing ``sigma`` from hot to cold ends on a K-Means fixed point. The same maps make
 a differentiable layer, :class:`RBFKMeansLayer`.
+
+The names below load on first use, so ``rbfkm_engine.params`` and ``rbfkm_engine.device``
+import without torch.
 """
 
-from .model import RBFKMeans
-from .nn import RBFKMeansLayer
-from .solver import FitProgress
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .model import RBFKMeans
+    from .nn import RBFKMeansLayer
+    from .progress import FitProgress
 
 __all__ = ["FitProgress", "RBFKMeans", "RBFKMeansLayer"]
 __version__ = "0.1.0"
+
+_HOMES = {"FitProgress": ".progress", "RBFKMeans": ".model", "RBFKMeansLayer": ".nn"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name], __name__), name)

@@ -1,205 +1,166 @@
-r"""Temperature schedule: where annealing starts, how it cools, where it stops.
+"""The annealing phase: warm-started fixed-point iterations over falling temperatures.
 
-Critical temperature
---------------------
-Above a critical ``sigma`` the only stable fixed point has every centre at the weighted
-mean ``mu``. Linearise one fixed-point iteration around that collapsed state: perturb the
-centres ``c_j = mu + e_j``; to first order the scores of point ``i`` change by
-``dz_ij = 2 (x_i - mu) . e_j / sigma`` (the ``||x_i - mu||^2`` term is common to all ``j``
-and drops out), the responsibilities by ``dR_i = J dz_i`` with ``J`` the Jacobian of the map
-at the uniform distribution, and the M-step gives
-
-    e_j  <-  (2 g / sigma) Cov_w (e_j - mean_l e_l),     Cov_w the weighted covariance,
-
-where ``J = g (I - 11^T / k) / k``. The collapsed state loses stability when
-``2 g lambda_max / sigma > 1``:
-
-- softmax: ``J = diag(p) - p p^T = (I - 11^T/k) / k``, so ``g = 1`` and
-  ``sigma_c = 2 lambda_max`` (Rose's deterministic annealing);
-- entmax15: with ``s = sqrt(p)``, ``J = diag(s) - s s^T / sum(s)``; at ``p = 1/k`` this is
-  ``(I - 11^T/k) / sqrt(k)``, so ``g = sqrt(k)`` and ``sigma_c = 2 sqrt(k) lambda_max``.
+At each temperature of the schedule the fused E/M pass is repeated until the centres
+move less than ``tol``, at most ``iterations_per_sigma`` times (see
+:func:`~rbfkm_engine.temperature.iterations_per_temperature`); the temperature then falls.
+Grown fits (:class:`~rbfkm_engine.twins.Twins`) split and merge their centres between
+temperatures. Annealing hands over to Lloyd once at most ``SOFT_FRACTION_STOP`` of the
+points (by weight) are still soft: the M-step is then the K-Means one but for those few,
+and colder temperatures would only repeat Lloyd at the price of a soft pass each.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from .distances import iter_chunks
+from .context import FitContext
+from .progress import IterationStats, record
+from .temperature import collapsed_objective
+from .twins import Twins
 
-#: Size of one float64 block of rows when accumulating statistics (a few rows at most
-#: in very many dimensions): the blocks stay within the solver's chunk buffers.
-_STAT_BLOCK_BYTES = 256 * 1024
-
-
-def _stat_rows(n_features: int) -> int:
-    """Rows per float64 statistics block of ``_STAT_BLOCK_BYTES``."""
-    return max(1, _STAT_BLOCK_BYTES // (8 * max(n_features, 1)))
-
-
-#: ``sigma0="auto"`` starts this far above the critical temperature.
-SIGMA0_MARGIN = 1.1
-#: ``sigma_min="auto"`` is this fraction of the softmax critical temperature.
-SIGMA_MIN_RATIO = 1e-4
-#: Annealing spends enough fixed-point iterations per temperature that the temperature
-#: falls by at most this factor per iteration (see :func:`iterations_per_temperature`).
-COOLING_PER_ITERATION = 0.8
+#: Annealing hands over to Lloyd once at most this fraction of the points (by weight) is
+#: still soft.
+SOFT_FRACTION_STOP = 3e-2
+#: Share of ``max_iter`` kept for the final Lloyd phase.
+LLOYD_SHARE = 0.2
 
 
-def weighted_mean(X: torch.Tensor, sample_weight: torch.Tensor | None = None) -> torch.Tensor:
-    """The weighted mean in float64, accumulated by blocks (no float64 copy of ``X``)."""
-    total = torch.zeros(X.shape[1], dtype=torch.float64, device=X.device)
-    for rows in iter_chunks(X.shape[0], _stat_rows(X.shape[1])):
-        block = X[rows].double()
-        if sample_weight is None:
-            total += block.sum(dim=0)
-        else:
-            total += sample_weight[rows].double() @ block
-    weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
-    return total / weight
+@dataclass(frozen=True)
+class Schedule:
+    """How to anneal: the temperatures, the map, and the iterations they may spend."""
+
+    temperatures: list[float]
+    assignment: str
+    iterations_per_sigma: int
+    budget_iter: int  # iterations annealing may use, all temperatures together
 
 
-def weighted_covariance(
-    X: torch.Tensor,
-    sample_weight: torch.Tensor | None = None,
-    mean: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The ``(d, d)`` weighted covariance ``sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i``.
+class _Fixed:
+    """Centres annealed as given (an ``init`` array): no twins, no splits, no merges."""
 
-    Accumulated in float64 by blocks of rows, so it needs no copy of ``X``.
+    twins_from = None
+    twins = None
+
+    def __init__(self, C: torch.Tensor) -> None:
+        self.centres = C
+
+    def stacked(self) -> torch.Tensor:
+        return self.centres
+
+    def unstack(self, full: torch.Tensor) -> None:
+        self.centres = full
+
+
+def anneal(
+    ctx: FitContext,
+    schedule: Schedule,
+    centres: Twins | torch.Tensor,
+    covariance: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, float]:
+    """Anneal over ``schedule``; returns ``n_clusters`` centres and the last temperature.
+
+    ``centres``: :class:`~rbfkm_engine.twins.Twins` to grow from the weighted mean, or the
+    initial centres to anneal as they are. ``covariance``: the data's weighted covariance
+    (float64), when the caller has it: a grown fit's lone first pair then skips the
+    hottest temperatures, where its offset is far below the radius, by the linearised map;
+    their ``history`` records hold the collapsed state's statistics and 0 iterations.
     """
-    if mean is None:
-        mean = weighted_mean(X, sample_weight)
-    cov = torch.zeros((X.shape[1], X.shape[1]), dtype=torch.float64, device=X.device)
-    for rows in iter_chunks(X.shape[0], _stat_rows(X.shape[1])):
-        block = X[rows].to(torch.float64, copy=True).sub_(mean)
-        if sample_weight is None:
-            cov.addmm_(block.T, block)
-        else:
-            cov.addmm_((block * sample_weight[rows].double().unsqueeze(1)).T, block)
-    weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
-    return cov / weight
-
-
-def largest_eigenvalue(cov: torch.Tensor) -> float:
-    """``lambda_max`` of a symmetric PSD matrix."""
-    if cov.shape[0] <= 2048:
-        return float(torch.linalg.eigvalsh(cov)[-1].clamp_min(0.0))
-    # A seeded random start has a component along the top eigenvector almost surely
-    # (a constant start misses, e.g., anti-correlated features).
-    generator = torch.Generator(device=cov.device).manual_seed(0)
-    v = torch.randn(cov.shape[0], generator=generator, dtype=cov.dtype, device=cov.device)
-    v /= v.norm()
-    value = 0.0
-    for _ in range(1000):
-        w = cov @ v
-        value_new = float(w.norm())
-        if value_new == 0.0:
-            return 0.0
-        v = w / value_new
-        if abs(value_new - value) <= 1e-10 * value_new:
+    temperatures = schedule.temperatures
+    state = centres if isinstance(centres, Twins) else _Fixed(centres)
+    sigma_reached = temperatures[0] if temperatures else 0.0
+    start = 0
+    if isinstance(state, Twins) and state.n_clusters > 1:
+        start = _launch(ctx, state, schedule, covariance)
+        if start:
+            sigma_reached = temperatures[start - 1]
+    warm = False
+    for t, sigma in enumerate(temperatures[start:], start):
+        if ctx.budget.n_iter >= schedule.budget_iter or ctx.budget.stopped:
             break
-        value = value_new
-    return value_new
+        stats, den, iters = _iterate_at(ctx, schedule, state, t, warm)
+        sigma_reached = sigma
+        record(ctx.history, sigma, stats, iters)
+        warm = True
+        if isinstance(state, Twins):
+            warm = not state.after_temperature(state.radii(den, stats.spread))
+        ctx.say(
+            f"sigma={sigma:.4g} iters={iters} centres={state.centres.shape[0]} "
+            f"J={stats.objective:.6g} inertia={stats.inertia:.6g} "
+            f"nnz/row={stats.mean_nnz:.3g} soft={stats.n_soft}"
+        )
+        if (
+            state.twins is None
+            and stats.soft_weight <= SOFT_FRACTION_STOP * ctx.passes.total_weight
+        ):
+            break
+    C = state.centres
+    k = ctx.passes.k
+    if C.shape[0] < k:
+        C = ctx.passes.add_farthest(C, k - C.shape[0])
+    return C, sigma_reached
 
 
-def critical_temperature(lambda_max: float, n_clusters: int, assignment: str) -> float:
-    """First critical ``sigma`` of the map (see the module docstring)."""
-    if assignment == "softmax":
-        return 2.0 * lambda_max
-    if assignment == "entmax15":
-        return 2.0 * math.sqrt(n_clusters) * lambda_max
-    raise ValueError(f"no critical temperature for assignment={assignment!r}")
+def _launch(
+    ctx: FitContext, twins: Twins, schedule: Schedule, covariance: torch.Tensor | None
+) -> int:
+    """Give the first centre its twin; returns the temperatures it skipped (recorded as
+    the collapsed state's), 0 when it was launched from a pass at the first one."""
+    temperatures = schedule.temperatures
+    ws = ctx.passes
+    if covariance is None:
+        C = twins.centres
+        _, den, stats = ws.step(C, temperatures[0], schedule.assignment, need_spread=True)
+        twins.launch(stats.spread / den.clamp_min(1e-300))
+        return 0
+    start = twins.launch_linearly(covariance, temperatures, schedule.assignment)
+    inertia = float(covariance.trace()) * ws.total_weight
+    C = twins.centres
+    for sigma in temperatures[:start]:
+        collapsed = IterationStats(
+            objective=collapsed_objective(inertia, ws.total_weight, sigma, schedule.assignment),
+            inertia=inertia,
+            mean_nnz=1.0,  # the twin counts with its centre
+            n_soft=ws.X.shape[0],
+            soft_weight=ws.total_weight,
+            spread=torch.full((1,), inertia, dtype=C.dtype, device=C.device),
+        )
+        record(ctx.history, sigma, collapsed, 0)
+    if start:
+        ctx.say(f"sigma={temperatures[0]:.4g}..{temperatures[start - 1]:.4g} twin grown linearly")
+    return start
 
 
-def grow_twin_linearly(
-    cov: torch.Tensor,
-    offset: torch.Tensor,
-    schedule: list[float],
-    assignment: str,
-    *,
-    floor: float,
-    limit: float,
-) -> tuple[int, torch.Tensor]:
-    """Advance a lone centre's twin through the hottest temperatures without a data pass.
-
-    While the centres are the weighted mean and one twin at a small offset ``e`` from it,
-    one fixed-point iteration maps ``e`` to ``(2 g / sigma) Cov_w e`` to first order (the
-    module docstring with ``k = 2``: ``g = sqrt(2)`` for entmax15, 1 for softmax), a power
-    iteration of the covariance: a ``(d, d)`` product instead of a pass over the data.
-    The solver's own rule for twins is kept: an offset that shrinks below ``floor`` is
-    rescaled to it along its direction. Stops before the first temperature whose step
-    would take the offset beyond ``limit``, where the pair leaves the linear regime and
-    real iterations take over. Returns how many temperatures of ``schedule`` were so
-    advanced, and the offset.
-
-    On digits the pair so reaches the temperature where it splits with the same
-    statistics as by real iterations (inertia 2.11925e6 against 2.11928e6 there), four
-    passes sooner (three temperatures and the pass that measured the first radius).
-    """
-    gain = critical_temperature(1.0, 2, assignment)
-    e = offset.to(cov.dtype)
-    for t, sigma in enumerate(schedule):
-        grown = (gain / sigma) * (cov @ e)
-        norm = float(grown.norm())
-        if not norm <= limit:
-            return t, e
-        e = grown * (floor / norm) if 0.0 < norm < floor else grown
-    return len(schedule), e
-
-
-def collapsed_objective(
-    inertia: float, total_weight: float, sigma: float, assignment: str
-) -> float:
-    """``J_sigma`` with the centre and its twin at the weighted mean: every point splits
-    its responsibility evenly between the two, so ``J = inertia - sigma W H(1/2, 1/2)``
-    (Tsallis ``(4/3)(1 - 2^-1/2)`` for entmax15, Shannon ``log 2`` for softmax)."""
-    entropy = (4.0 / 3.0) * (1.0 - 2.0**-0.5) if assignment == "entmax15" else math.log(2.0)
-    return inertia - sigma * total_weight * entropy
-
-
-def iterations_per_temperature(cooling: float) -> int:
-    """Fixed-point iterations allowed at one temperature (fewer once the centres move less
-    than ``tol``): as many as keep the cooling per iteration at ``COOLING_PER_ITERATION``
-    or milder; 1 at the default ``cooling=0.8``, 4 at 0.5, 11 at 0.1.
-
-    Annealing tracks a fixed point that moves as the temperature falls; converging at each
-    temperature buys little, since the next one moves it again. At ``cooling=0.8`` one
-    warm-started iteration per temperature ends within 0.1% of the inertia two reach
-    (+0.07% on the benchmarks' 50-blob set over 10 seeds, -0.02% to +0.05% on three other
-    such sets, +0.002% on digits over 40 seeds, the same optimum on blobs) in 20-45% less
-    time; a coarser schedule takes larger steps and needs more iterations to catch up.
-    """
-    if not 0.0 < cooling < 1.0:
-        raise ValueError(f"cooling must be in (0, 1), got {cooling}")
-    ratio = math.log(cooling) / math.log(COOLING_PER_ITERATION)
-    return max(1, math.ceil(ratio - 1e-9))
-
-
-def geometric_schedule(
-    sigma0: float, sigma_min: float, cooling: float, max_length: int | None = None
-) -> list[float]:
-    """``sigma0, cooling * sigma0, ...`` down to and including ``sigma_min``.
-
-    ``max_length``: at most this many temperatures, the hottest ones (a fit spends at least
-    one iteration per temperature, so one of ``max_iter`` iterations never sees more than
-    ``max_iter``); it keeps extreme ratios or a cooling rate near 1 from building a list
-    no fit could use.
-    """
-    if not 0.0 < cooling < 1.0:
-        raise ValueError(f"cooling must be in (0, 1), got {cooling}")
-    if sigma_min <= 0.0 or sigma0 <= 0.0:
-        raise ValueError("sigma0 and sigma_min must be > 0")
-    if sigma_min >= sigma0:
-        return [sigma0]
-    # Logs of each, not of the ratio: sigma_min / sigma0 can underflow to 0. The small
-    # slack keeps a ratio that is an exact power of ``cooling`` (up to rounding) from
-    # scheduling ``sigma_min`` twice.
-    span = (math.log(sigma_min) - math.log(sigma0)) / math.log(cooling)
-    steps = math.ceil(span - 1e-9)
-    if max_length is not None and steps + 1 > max_length:
-        return [sigma0 * cooling**t for t in range(max(1, max_length))]
-    schedule = [sigma0 * cooling**t for t in range(steps)]
-    schedule.append(sigma_min)
-    return schedule
+def _iterate_at(
+    ctx: FitContext, schedule: Schedule, state: Twins | _Fixed, t: int, warm: bool
+) -> tuple[IterationStats, torch.Tensor, int]:
+    """Fixed-point iterations at the ``t``-th temperature until the centres move less than
+    ``tol`` or its share of the budget is spent. Returns the last pass's statistics and
+    masses, and the number of iterations."""
+    budget, ws = ctx.budget, ctx.passes
+    sigma, length = schedule.temperatures[t], len(schedule.temperatures)
+    spare = schedule.budget_iter - budget.n_iter
+    cap = min(schedule.iterations_per_sigma, max(2, math.ceil(2 * spare / (length - t))))
+    grown = isinstance(state, Twins)
+    iters = 0
+    while iters < cap and budget.n_iter < schedule.budget_iter:
+        full = state.stacked()
+        num, den, stats = ws.step(
+            full,
+            sigma,
+            schedule.assignment,
+            warm=warm or iters > 0,
+            need_spread=grown,
+            twins_from=state.twins_from,
+        )
+        full_new, _ = ws.update(full, num, den, reseed=False)
+        shift = float(((full_new - full) ** 2).sum())
+        state.unstack(full_new)
+        iters += 1
+        fraction = (1.0 - LLOYD_SHARE) * (t + min(1.0, iters / cap)) / length
+        budget.tick(sigma, stats.objective, fraction, "anneal")
+        if budget.stopped or shift <= ctx.tol:
+            break
+    return stats, den, iters

@@ -35,8 +35,9 @@ import scipy.sparse as sp
 import torch
 from entmax import entmax15
 
+from .params import ASSIGNMENTS
+
 Assignment = Literal["entmax15", "softmax", "hard"]
-ASSIGNMENTS: tuple[str, ...] = ("entmax15", "softmax", "hard")
 
 #: Scores below this (after the row maximum is shifted to 0) are outside the entmax15
 #: support whatever the row (``tau >= -1`` means ``z / 2 > -1`` is needed); clamping there
@@ -54,8 +55,8 @@ _SAME_SIZE_INT = {torch.float32: torch.int32, torch.float64: torch.int64}
 _MAX_PACKED_BITS = 16
 
 #: Size of one ``(rows, width)`` temporary of an entmax15 row group (see
-#: :func:`_entmax15_groups`). Halving it made the fit up to 2x slower on two cores, likely
-#: because a group's element-wise ops then fall to torch's parallel grain size (one thread).
+#: :func:`_entmax15_groups`). Smaller groups fall to torch's parallel grain size, where a
+#: group's element-wise ops run on one thread (see benchmarks/README.md).
 _ENTMAX_GROUP_BYTES = 256 * 1024
 
 #: The partial sort's width (see :func:`_partial_width`) is a multiple of this.
@@ -168,7 +169,7 @@ def nearest(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row minimum of ``D``, the true nearest squared distance and the argmin.
 
-    Arg-reductions are over ten times slower than value reductions on the CPU, so the
+    Arg-reductions are much slower than value reductions on the CPU, so the
     labels come from a row minimum and a check instead: a candidate label per row, kept
     where ``D`` at it equals the row minimum, and an ``argmin`` for the few rows where it
     does not. The candidates are ``hint`` (a previous label per row, the last

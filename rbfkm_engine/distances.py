@@ -22,9 +22,9 @@ CPU_BLOCK_BYTES = 8 * 1024**2
 MAX_CHUNK_ROWS = 65_536
 
 
-#: ``squared_norms`` of fewer elements than this squares a copy, up to twice as fast as
-#: ``einsum`` there (its fixed cost is about 15 us); from it on, ``einsum`` spares a copy
-#: of ``X`` that would count in the fit's peak memory.
+#: ``squared_norms`` of fewer elements than this squares a copy, faster than ``einsum``
+#: there (whose fixed cost dominates); from it on, ``einsum`` spares a copy of ``X`` that
+#: would count in the fit's peak memory.
 _EINSUM_FROM = 1 << 20
 
 
@@ -57,9 +57,8 @@ def cache_chunk_size(n_clusters: int, device: torch.device, itemsize: int = 4) -
     With few features the distance GEMM is cheap and the passes over the ``(rows, k)``
     block (minimum, argmin check, candidate count) dominate. Each pass is a few torch ops
     with a fixed cost per op (dispatch, waking the threads): blocks of about 8 MiB, served
-    from the last-level cache, ran 20 Lloyd iterations on 100 000 x 32 points, k = 64, in
-    0.83x the time of 2 MiB blocks that stay in L2 (two cores). GPUs prefer large blocks
-    (fewer kernel launches).
+    from the last-level cache, need fewer ops per pass than blocks that stay in L2 and
+    ran faster (benchmarks/README.md). GPUs prefer large blocks (fewer kernel launches).
     """
     if device.type == "cuda":
         return MAX_CHUNK_ROWS
@@ -101,25 +100,3 @@ def iter_chunks(n: int, chunk_size: int) -> Iterator[slice]:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     for start in range(0, n, chunk_size):
         yield slice(start, min(start + chunk_size, n))
-
-
-def pairwise_squared_distances(
-    X: torch.Tensor,
-    C: torch.Tensor,
-    chunk_size: int | None = None,
-    x_sq: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The full ``(n, k)`` matrix of squared distances, computed chunk by chunk.
-
-    Only the output is ``n x k``; the temporaries stay within one chunk.
-    """
-    n = X.shape[0]
-    if chunk_size is None:
-        chunk_size = chunk_size_for(C.shape[0], X.shape[1], X.element_size())
-    if x_sq is None:
-        x_sq = squared_norms(X)
-    c_sq = squared_norms(C)
-    out = torch.empty((n, C.shape[0]), dtype=X.dtype, device=X.device)
-    for rows in iter_chunks(n, chunk_size):
-        out[rows] = squared_distances(X[rows], C, x_sq[rows], c_sq)
-    return out

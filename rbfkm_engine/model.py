@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import numbers
-import sys
 import warnings
 from typing import Any
 
@@ -17,17 +14,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .anneal import (
-    SIGMA0_MARGIN,
-    SIGMA_MIN_RATIO,
-    critical_temperature,
-    geometric_schedule,
-    iterations_per_temperature,
-    largest_eigenvalue,
-    weighted_covariance,
-    weighted_mean,
-)
-from .assign import ASSIGNMENTS, responsibilities, to_csr_block
+from .anneal import Schedule
+from .assign import responsibilities, to_csr_block
+from .context import FitContext
+from .device import resolve_device
 from .distances import (
     cache_chunk_size,
     chunk_size_for,
@@ -35,39 +25,36 @@ from .distances import (
     squared_distances,
     squared_norms,
 )
+from .frame import (
+    Framed,
+    centred,
+    into_fit_frame,
+    max_abs,
+    power_of_two_scale,
+    scaled,
+    squared_in_data_units,
+    squared_in_fit_units,
+    times_power_of_two,
+    unscaled_callback,
+    unscaled_record,
+)
 from .init import kmeans_plusplus, random_init
-from .solver import Callback, FitProgress, FixedPointIteration, solve
+from .moments import largest_eigenvalue, weighted_covariance
+from .params import ASSIGNMENTS, DTYPES, PARAMETER_CONSTRAINTS, validate_params
+from .passes import Workspace
+from .progress import Budget, Callback
+from .solver import SolverResult, annealing_budget, solve
+from .temperature import (
+    SIGMA0_MARGIN,
+    SIGMA_MIN_RATIO,
+    critical_temperature,
+    geometric_schedule,
+    iterations_per_temperature,
+)
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-#: ``fit`` centres the data when its mean's squared norm exceeds this times the total
-#: variance (see ``fit``).
-_CENTRE_ABOVE = 0.25
+assert tuple(_DTYPES) == DTYPES
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"`` is the first CUDA device when there is one, else the CPU."""
-    if isinstance(device, torch.device):
-        resolved = device
-    elif device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        try:
-            resolved = torch.device(device)
-        except (RuntimeError, TypeError):
-            raise ValueError(
-                f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
-            ) from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} was requested but CUDA is not available")
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) present"
-            )
-    elif resolved.type != "cpu":
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    return resolved
 
 
 class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
@@ -148,6 +135,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     [2, 2]
     """
 
+    _parameter_constraints = PARAMETER_CONSTRAINTS
+
     def __init__(
         self,
         n_clusters: int = 8,
@@ -182,45 +171,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ validation
-    def _validate_params_explicitly(self) -> None:
-        """Check every hyper-parameter; the message names the parameter and the fix."""
-
-        def positive_int(name: str, value: Any, minimum: int = 1) -> None:
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < minimum:
-                raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-        def temperature(name: str, value: Any) -> None:
-            if isinstance(value, str):
-                if value != "auto":
-                    raise ValueError(f"{name} must be a float > 0 or 'auto', got {value!r}")
-                return
-            if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                raise TypeError(f"{name} must be a float > 0 or 'auto', got {value!r}")
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite float > 0 or 'auto', got {value}")
-
-        positive_int("n_clusters", self.n_clusters)
-        positive_int("max_iter", self.max_iter)
-        positive_int("n_init", self.n_init)
-        if self.chunk_size is not None:
-            positive_int("chunk_size", self.chunk_size)
-        if self.assignment not in ASSIGNMENTS:
-            raise ValueError(f"assignment must be one of {ASSIGNMENTS}, got {self.assignment!r}")
-        temperature("sigma0", self.sigma0)
-        temperature("sigma_min", self.sigma_min)
-        if not isinstance(self.cooling, numbers.Real) or not 0.0 < self.cooling < 1.0:
-            raise ValueError(f"cooling must be a float in (0, 1), got {self.cooling!r}")
-        if not isinstance(self.tol, numbers.Real) or not self.tol >= 0:
-            raise ValueError(f"tol must be a float >= 0, got {self.tol!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        if isinstance(self.init, str) and self.init not in ("k-means++", "random"):
-            raise ValueError(
-                f"init must be 'k-means++', 'random' or an array of shape "
-                f"(n_clusters, n_features), got {self.init!r}"
-            )
+    def _validate_params(self) -> None:
+        """Check every parameter against :data:`~rbfkm_engine.params.PARAMETER_CONSTRAINTS`;
+        the message names the parameter, what it may be and what it was."""
+        validate_params(self.get_params(deep=False), self._parameter_constraints)
 
     def _to_tensor(
         self, X: Any, *, reset: bool, dtype: torch.dtype | None = None
@@ -241,7 +195,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             out_dtype = np.dtype("float64") if X.dtype == torch.float64 else np.dtype("float32")
             # The extremes are finite iff every value is (NaN propagates): no (n, d) mask,
             # and no float64 copy, which a float64 sum of float32 values makes.
-            if not math.isfinite(_max_abs(X)):
+            if not math.isfinite(max_abs(X)):
                 raise ValueError("Input X contains NaN or infinity; clean or impute it first.")
             if reset:
                 self.n_features_in_ = int(X.shape[1])
@@ -298,16 +252,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
     def _initial_centres(
-        self,
-        X: torch.Tensor,
-        w: torch.Tensor | None,
-        x_sq: torch.Tensor,
-        generator: torch.Generator,
-        origin: torch.Tensor,
-        scale: float = 1.0,
+        self, framed: Framed, w: torch.Tensor | None, generator: torch.Generator
     ) -> torch.Tensor:
-        """Initial centres in the frame of ``X`` (scaled by ``scale``, then ``origin``
-        subtracted)."""
+        """Initial centres in the fit's frame (an ``init`` array is scaled, then its
+        origin subtracted)."""
+        X, x_sq, origin, scale = framed.X, framed.x_sq, framed.origin, framed.scale
         if isinstance(self.init, str):
             if self.init == "k-means++":
                 return kmeans_plusplus(
@@ -363,12 +312,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         sigma0 = (
             SIGMA0_MARGIN * critical_temperature(lambda_max, coincident, self.assignment)
             if self.sigma0 == "auto"
-            else _squared_in_fit_units(float(self.sigma0), scale)
+            else squared_in_fit_units(float(self.sigma0), scale)
         )
         sigma_min = (
             SIGMA_MIN_RATIO * critical_temperature(lambda_max, self.n_clusters, "softmax")
             if self.sigma_min == "auto"
-            else _squared_in_fit_units(float(self.sigma_min), scale)
+            else squared_in_fit_units(float(self.sigma_min), scale)
         )
         schedule = geometric_schedule(
             sigma0, min(sigma_min, sigma0), float(self.cooling), max_length=int(self.max_iter)
@@ -395,7 +344,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             :class:`~rbfkm_engine.FitProgress`; returning ``True`` stops the fit, which
             still ends with consistent fitted attributes (``stopped_early_ = True``).
         """
-        self._validate_params_explicitly()
+        self._validate_params()
         Xt, out_dtype = self._to_tensor(X, reset=True, dtype=_DTYPES[self.dtype])
         n = Xt.shape[0]
         if n < self.n_clusters:
@@ -403,83 +352,88 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 f"n_samples={n} should be >= n_clusters={self.n_clusters}: "
                 f"ask for at most {n} clusters or provide more samples."
             )
-        max_abs = _max_abs(Xt)
-        if not math.isfinite(max_abs):  # finite input (checked), not in the compute dtype
+        top = max_abs(Xt)
+        if not math.isfinite(top):  # finite input (checked), not in the compute dtype
             raise ValueError(
                 f"X has values beyond the range of dtype={self.dtype!r} "
                 f"(|x| up to {torch.finfo(Xt.dtype).max:.3g}); fit with dtype='float64'."
             )
         w = self._weights(sample_weight, Xt)
-        rng = check_random_state(self.random_state)
-        scale = _power_of_two_scale(max_abs, Xt.dtype)
-        Xt = _scaled(Xt, X, scale)
-        mean = weighted_mean(Xt, w)
-        weight = n if w is None else float(w.double().sum())
-        x_sq = squared_norms(Xt)
-        spread = _weighted_total(x_sq, w) / weight - float(mean.square().sum())
-        origin = torch.zeros_like(mean)
-        if float(mean.square().sum()) > _CENTRE_ABOVE * spread:
-            # Far from the origin the GEMM form of the distances loses every digit to
-            # ||x||^2 in float32: centre the data, as scikit-learn does. Near it, centring
-            # would cost a copy of X and gain little: the rounding of the distances grows
-            # with ||x||^2 = ||x - mean||^2 + ||mean||^2 + ..., at most 1 + _CENTRE_ABOVE
-            # times the centred one's.
-            origin = mean
-            Xt = _centred(Xt, X, origin)
-            x_sq = squared_norms(Xt)
-            spread = _weighted_total(x_sq, w) / weight
+        framed = into_fit_frame(Xt, X, w, top)
+        del Xt
+        best = self._best_run(framed, w, check_random_state(self.random_state), callback)
+        scale, origin = framed.scale, framed.origin
+        del framed  # the fit's copy of X, before predict may make its own (see _store)
+        self._store(best, scale, origin, X, sample_weight, out_dtype)
+        return self
+
+    def _best_run(
+        self,
+        framed: Framed,
+        w: torch.Tensor | None,
+        rng: np.random.RandomState,
+        callback: Callback | None,
+    ) -> SolverResult:
+        """The ``n_init`` runs of the solver on the framed data; the lowest inertia wins."""
+        Xt = framed.X
         # Mean per-feature variance: trace of the covariance / d.
-        tol = float(self.tol) * spread / Xt.shape[1]
-        schedule, cov = self._schedule(Xt, w, mean - origin, scale)
-        grow = bool(schedule) and self._grows_centres()
+        tol = float(self.tol) * framed.spread / Xt.shape[1]
+        temperatures, cov = self._schedule(Xt, w, framed.mean - framed.origin, framed.scale)
+        grow = bool(temperatures) and self._grows_centres()
         if not grow or (cov is not None and cov.numel() > Xt.numel()):
             # Only a grown fit's first twin uses the covariance; for data wider than it
             # has rows the (d, d) matrix would outweigh X through the fit, and that twin
             # starts from a pass over the data instead.
             cov = None
-        iterations_per_sigma = iterations_per_temperature(float(self.cooling))
+        schedule = Schedule(
+            temperatures,
+            self.assignment,
+            iterations_per_temperature(float(self.cooling)),
+            annealing_budget(int(self.max_iter)),
+        )
         chunk = self._chunk(Xt)
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
-        best = None
+        best: SolverResult | None = None
         iterations_done = 0
         for run in range(n_init):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-            C0 = None if grow else self._initial_centres(Xt, w, x_sq, generator, origin, scale)
-            result = solve(
-                Xt,
-                w,
-                C0,
-                n_clusters=self.n_clusters,
-                generator=generator,
-                assignment=self.assignment,
-                schedule=schedule,
-                max_iter=int(self.max_iter),
-                tol=tol,
-                chunk_size=chunk,
-                iterations_per_sigma=iterations_per_sigma,
-                covariance=cov,
-                x_sq=x_sq,
-                callback=_unscaled_callback(callback, scale),
-                progress_offset=run / n_init,
-                progress_scale=1.0 / n_init,
+            C0 = None if grow else self._initial_centres(framed, w, generator)
+            budget = Budget(
+                int(self.max_iter),
+                unscaled_callback(callback, framed.scale),
+                offset=run / n_init,
+                scale=1.0 / n_init,
                 iteration_offset=iterations_done,
-                verbose=bool(self.verbose),
             )
+            passes = Workspace(Xt, w, self.n_clusters, chunk, framed.x_sq)
+            ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
+            result = solve(ctx, schedule, C0, cov)
             iterations_done += result.n_iter
             if best is None or result.inertia < best.inertia:
                 best = result
             if result.stopped_early:
                 break
         assert best is not None
+        return best
+
+    def _store(
+        self,
+        best: SolverResult,
+        scale: float,
+        origin: torch.Tensor,
+        X: Any,
+        sample_weight: Any,
+        out_dtype: np.dtype,
+    ) -> None:
+        """Set the fitted attributes from the best run, in the data's units."""
         if not best.converged and not best.stopped_early:
             warnings.warn(
                 f"RBFKMeans did not converge within max_iter={self.max_iter} iterations; "
                 "increase max_iter or tol.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        del Xt, x_sq, cov
         self._scale = scale
         self._origin = origin.cpu().numpy()
         self._centred_centers = best.centres.cpu().numpy()
@@ -490,14 +444,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             # predict would repeat the solver's last pass operation for operation (same
             # centred data, centres and blocks): its labels are predict(X).
             self.labels_ = best.labels.cpu().numpy()
-            self.inertia_ = _squared_in_data_units(float(best.inertia), scale)
+            self.inertia_ = squared_in_data_units(float(best.inertia), scale)
         else:
             # A wider inference precision: labels and inertia through predict's own path,
             # so that labels_ == predict(X) holds exactly.
             self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
         self.n_iter_ = int(best.n_iter)
-        self.sigma_ = _squared_in_data_units(float(best.sigma), scale)
-        self.history_ = [_unscaled_record(record, scale) for record in best.history]
+        self.sigma_ = squared_in_data_units(float(best.sigma), scale)
+        self.history_ = [unscaled_record(record, scale) for record in best.history]
         self.stopped_early_ = bool(best.stopped_early)
         distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters)))
         if distinct < self.n_clusters:
@@ -505,9 +459,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 f"Number of distinct clusters ({distinct}) found smaller than "
                 f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        return self
 
     @classmethod
     def from_centers(
@@ -535,11 +488,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             device=device,
             dtype=dtype or ("float64" if array.dtype == np.float64 else "float32"),
         )
-        model._validate_params_explicitly()
+        model._validate_params()
         if dtype is not None:
             array = array.astype(_NUMPY_DTYPES[model.dtype])
         model.cluster_centers_ = np.ascontiguousarray(array)
-        model._scale = _power_of_two_scale(float(np.abs(array).max()), _DTYPES[model.dtype])
+        model._scale = power_of_two_scale(float(np.abs(array).max()), _DTYPES[model.dtype])
         scaled = array.astype(np.float64) * model._scale
         model._origin = scaled.mean(axis=0)
         model._centred_centers = (scaled - model._origin).astype(_NUMPY_DTYPES[model.dtype])
@@ -563,7 +516,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64))
             C = (C.to(Xt.device) * self._scale - mean).to(wide)
-        return _centred(_scaled(Xt.to(wide), X, self._scale), X, mean), C, out_dtype
+        return centred(scaled(Xt.to(wide), X, self._scale), X, mean), C, out_dtype
 
     def _inference_dtype(self, input_dtype: np.dtype) -> torch.dtype:
         """The wider of the fit's precision and the input's."""
@@ -583,9 +536,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         (the same operations on the same blocks), so ``labels_ == predict(X)``."""
         Xt, C, _ = self._predict_inputs(X)
         w = self._weights(sample_weight, Xt)
-        last_pass = FixedPointIteration(Xt, w, self.n_clusters, self._chunk(Xt))
+        last_pass = Workspace(Xt, w, self.n_clusters, self._chunk(Xt))
         inertia = last_pass.hard_labels(C)
-        return last_pass.labels.cpu().numpy(), _squared_in_data_units(inertia, self._scale)
+        return last_pass.labels.cpu().numpy(), squared_in_data_units(inertia, self._scale)
 
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre for each sample (int64)."""
@@ -600,7 +553,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Xt, C, out_dtype = self._predict_inputs(X)
         out = torch.empty((Xt.shape[0], C.shape[0]), dtype=Xt.dtype, device=Xt.device)
         for rows, D in self._blocks(Xt, C):
-            out[rows] = _times_power_of_two(D.sqrt_(), 1.0 / self._scale)
+            out[rows] = times_power_of_two(D.sqrt_(), 1.0 / self._scale)
         return out.cpu().numpy().astype(out_dtype, copy=False)
 
     def soft_assign(self, X: Any, sigma: float | None = None) -> sp.csr_matrix:
@@ -625,115 +578,3 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Minus the (weighted) inertia of ``X`` against the fitted centres."""
         return -self._labels_inertia(X, sample_weight)[1]
-
-
-def _max_abs(X: torch.Tensor) -> float:
-    """``max |x_ij|`` without an ``(n, d)`` temporary; NaN or inf when some value is."""
-    low, high = (float(value) for value in torch.aminmax(X))
-    return math.nan if math.isnan(low) or math.isnan(high) else max(-low, high)
-
-
-def _power_of_two_scale(max_abs: float, dtype: torch.dtype) -> float:
-    """1, or the power of two that brings ``max_abs`` into ``[0.5, 1)`` when it lies outside
-    ``[2^-m, 2^m]``, ``m`` a third of the dtype's exponent range (float32: 2^42, about
-    4e12).
-
-    Beyond it the squared distances and their sums over points overflow the dtype (or
-    underflow below it), so such data are fitted scaled. A power of two scales every
-    operation's rounding with it in binary floating point: the scaled fit is the fit, and
-    data of ordinary size are not touched at all.
-    """
-    limit = 2.0 ** (math.frexp(torch.finfo(dtype).max)[1] // 3)
-    if max_abs == 0.0 or not math.isfinite(max_abs) or 1.0 / limit <= max_abs <= limit:
-        return 1.0
-    _, exponent = math.frexp(max_abs)  # max_abs = m 2^exponent, 0.5 <= m < 1
-    return math.ldexp(1.0, -exponent)
-
-
-def _scaled(Xt: torch.Tensor, source: Any, scale: float) -> torch.Tensor:
-    """``Xt * scale``: ``Xt`` itself when ``scale`` is 1, in place when it is a copy made
-    here (as :func:`_centred`)."""
-    if scale == 1.0:
-        return Xt
-    return _times_power_of_two(Xt.clone() if _may_share_memory(Xt, source) else Xt, scale)
-
-
-def _times_power_of_two(t: torch.Tensor, scale: float) -> torch.Tensor:
-    """``t *= scale`` (a power of two) in place, in two halves: float32 data near its
-    smallest subnormals needs a scale up to ``2^149``, beyond float32's range as one
-    factor (it would round to inf); each half is a float32 and each product exact."""
-    exponent = math.frexp(scale)[1] - 1  # scale = 2^exponent
-    half = exponent // 2
-    return t.mul_(math.ldexp(1.0, half)).mul_(math.ldexp(1.0, exponent - half))
-
-
-def _squared_in_fit_units(value: float, scale: float) -> float:
-    """A squared distance (a temperature) of the data's units in the scaled fit's, kept a
-    positive finite float: far outside the data's scale it would round to 0 or inf."""
-    return min(max(value * scale * scale, sys.float_info.min), sys.float_info.max)
-
-
-def _squared_in_data_units(value: float, scale: float) -> float:
-    """A squared distance (an inertia, a temperature) of the scaled fit in the data's
-    units: divided by ``scale`` twice, as its square may underflow."""
-    return value / scale / scale
-
-
-def _unscaled_record(record: dict[str, float], scale: float) -> dict[str, float]:
-    """A ``history_`` record in the data's units: temperatures and energies are squared
-    distances."""
-    if scale == 1.0:
-        return record
-    squared = ("sigma", "objective", "inertia")
-    return {
-        key: _squared_in_data_units(value, scale) if key in squared else value
-        for key, value in record.items()
-    }
-
-
-def _unscaled_callback(callback: Callback | None, scale: float) -> Callback | None:
-    """``callback`` told the temperature and objective in the data's units."""
-    if callback is None or scale == 1.0:
-        return callback
-
-    def told(info: FitProgress) -> bool | None:
-        sigma = _squared_in_data_units(info.sigma, scale)
-        objective = _squared_in_data_units(info.objective, scale)
-        return callback(dataclasses.replace(info, sigma=sigma, objective=objective))
-
-    return told
-
-
-def _weighted_total(values: torch.Tensor, w: torch.Tensor | None) -> float:
-    """``sum_i w_i v_i`` in float64 (``w = 1`` when ``None``)."""
-    return float(values.sum(dtype=torch.float64) if w is None else (w.double() * values).sum())
-
-
-def _centred(Xt: torch.Tensor, source: Any, mean: torch.Tensor) -> torch.Tensor:
-    """``Xt - mean``, in place when ``Xt`` is a copy made here and not the caller's data;
-    ``Xt`` itself when ``mean`` is 0 (a fit that did not centre).
-
-    Converting the input (another dtype or device, a list, a strided array) already copied
-    it; centring that copy in place keeps fit's memory at one copy of ``X``.
-    """
-    if not bool(mean.any()):
-        return Xt
-    mean = mean.to(Xt.dtype)
-    if _may_share_memory(Xt, source):
-        return Xt - mean
-    return Xt.sub_(mean)
-
-
-def _may_share_memory(Xt: torch.Tensor, source: Any) -> bool:
-    """Whether ``Xt`` may be (a view of) the caller's ``source`` (conservative)."""
-    if isinstance(source, torch.Tensor):
-        if source.device != Xt.device:
-            return False
-        own = source.untyped_storage()
-        start, size = own.data_ptr(), own.nbytes()
-        ptr = Xt.untyped_storage().data_ptr()
-        return start <= ptr < start + max(size, 1)
-    if isinstance(source, np.ndarray):
-        return Xt.device.type == "cpu" and bool(np.may_share_memory(source, Xt.numpy()))
-    # Lists are always copied; other containers (data frames, ...) may hand out views.
-    return not isinstance(source, list | tuple)

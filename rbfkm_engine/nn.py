@@ -13,7 +13,7 @@ import torch
 from entmax import entmax15
 from torch import nn
 
-from .assign import ASSIGNMENTS
+from .params import ASSIGNMENTS
 
 
 class RBFKMeansLayer(nn.Module):

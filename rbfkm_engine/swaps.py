@@ -1,7 +1,7 @@
 """Moves out of poor Lloyd fixed points: centre swaps, split-merges and Hartigan moves.
 
 Each move is priced here exactly, before any other centre moves; the solver
-(:func:`~rbfkm_engine.solver.refine`) follows the promising ones with Lloyd and keeps a
+(:func:`~rbfkm_engine.local_search.refine`) follows the promising ones with Lloyd and keeps a
 move only if the new fixed point is better.
 
 Lloyd's fixed points include poor ones where one region holds a centre too many and
@@ -9,7 +9,7 @@ another a centre too few: no Lloyd step moves a centre across. A swap does. Foll
 local search of Lattanzi and Sohler (2019, "A better k-means++ algorithm via local
 search"), candidate points are drawn with probability proportional to ``w_i d1_i``
 (``d1_i``: squared distance to the nearest centre); the solver moves each to the mean of
-the points it would take (:meth:`~rbfkm_engine.solver.FixedPointIteration.captured_means`).
+the points it would take (:func:`~rbfkm_engine.search_passes.captured_means`).
 The inertia after replacing centre ``j`` by a candidate ``p``, before any re-centring, is
 exact from the two nearest squared distances ``d1_i <= d2_i`` and the label ``l_i`` of
 every point:
@@ -25,11 +25,10 @@ points thus prices all ``k x B`` swaps of ``B`` candidates: an ``index_add_`` ov
 labels. The solver takes the best swap when it lowers the inertia and lets Lloyd settle.
 
 That price is the inertia before any other centre moves, so it misses swaps that pay only
-after Lloyd: on scikit-learn's digits, a poor fixed point 1% above the best one has no
-swap that pays at once, while about a third of its best-priced swaps reach a better fixed
-point after Lloyd. The solver therefore also tries a few (``SWAP_TRIALS``) of the
-best-priced swaps that do not pay at once, and keeps one only if its fixed point is
-better.
+after Lloyd: a poor fixed point can have no swap that pays at once while several of its
+best-priced swaps reach a better fixed point after Lloyd. The solver therefore also
+tries a few (``SWAP_TRIALS``) of the best-priced swaps that do not pay at once, and
+keeps one only if its fixed point is better.
 
 A point swap moves a centre to where one point draws a cluster of its own. A poor fixed
 point of the other common kind has two centres sharing one natural cluster and one centre

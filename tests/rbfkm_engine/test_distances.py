@@ -13,7 +13,6 @@ from rbfkm_engine.distances import (
     cache_chunk_size,
     chunk_size_for,
     iter_chunks,
-    pairwise_squared_distances,
     squared_distances,
     squared_norms,
 )
@@ -65,10 +64,12 @@ def test_precomputed_norms_are_used() -> None:
     scale=st.sampled_from([1e-3, 1.0, 1e3]),
     seed=st.integers(0, 2**16),
 )
-def test_pairwise_matches_brute_force(n: int, k: int, d: int, scale: float, seed: int) -> None:
+def test_squared_distances_match_brute_force(
+    n: int, k: int, d: int, scale: float, seed: int
+) -> None:
     X, C = random_problem(n, k, d, seed)
     X, C = X * scale, C * scale
-    D = pairwise_squared_distances(X, C)
+    D = squared_distances(X, C)
     ref = brute_force(X, C)
     assert D.shape == (n, k)
     assert torch.all(D >= 0)
@@ -81,33 +82,21 @@ def test_clamped_at_zero_when_points_equal_centres() -> None:
     X = torch.randn(200, 8, generator=gen) * 1e-3 + 1e4
     for dtype in (torch.float32, torch.float64):
         Xd = X.to(dtype)
-        D = pairwise_squared_distances(Xd, Xd[:17])
+        D = squared_distances(Xd, Xd[:17])
         assert torch.all(D >= 0)
         assert torch.all(torch.isfinite(D))
         if dtype == torch.float64:
             assert torch.all(D[torch.arange(17), torch.arange(17)] <= 1e-4)
 
 
-@pytest.mark.parametrize("chunk_size", [1, 2, 7, 33, 100, 101, 1000])
-@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
-def test_chunked_equals_unchunked(chunk_size: int, dtype: torch.dtype) -> None:
-    X, C = random_problem(100, 6, 4, seed=2, dtype=dtype)
-    whole = squared_distances(X, C)
-    chunked = pairwise_squared_distances(X, C, chunk_size=chunk_size)
-    assert chunked.dtype == dtype
-    torch.testing.assert_close(
-        chunked, whole, atol=1e-12, rtol=1e-6 if dtype == torch.float32 else 1e-12
-    )
-
-
 def test_float64_stays_float64() -> None:
     X, C = random_problem(30, 4, 3, dtype=torch.float64)
-    assert pairwise_squared_distances(X, C).dtype == torch.float64
+    assert squared_distances(X, C).dtype == torch.float64
     assert squared_distances(X, C).dtype == torch.float64
     # Distances that float32 would round away are kept: at 1e6, ||x||^2 = 1e12 has a float32
     # ulp of 65536 but a float64 ulp of 1e-4.
     X = torch.tensor([[1e6], [1e6 + 1.0]], dtype=torch.float64)
-    D = pairwise_squared_distances(X, X[:1])
+    D = squared_distances(X, X[:1])
     assert D[1, 0].item() == pytest.approx(1.0, abs=1e-3)
 
 
@@ -116,7 +105,7 @@ def test_inputs_are_not_modified() -> None:
     X0, C0 = X.clone(), C.clone()
     x_sq = squared_norms(X)
     x_sq0 = x_sq.clone()
-    pairwise_squared_distances(X, C, chunk_size=6, x_sq=x_sq)
+    squared_distances(X, C, x_sq)
     torch.testing.assert_close(X, X0)
     torch.testing.assert_close(C, C0)
     torch.testing.assert_close(x_sq, x_sq0)
@@ -146,24 +135,6 @@ def test_memory_budget_bounds_chunks() -> None:
     assert chunk_size_for(k, d, 8, budget_bytes=budget) <= rows
     # A budget smaller than one row still yields a usable chunk.
     assert chunk_size_for(k, d, itemsize, budget_bytes=1) == 1
-
-
-def test_default_chunk_is_used_for_large_n(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rbfkm_engine.distances as distances
-
-    calls: list[int] = []
-    real = distances.squared_distances
-
-    def counting(X: torch.Tensor, *args: torch.Tensor | None) -> torch.Tensor:
-        calls.append(X.shape[0])
-        return real(X, *args)
-
-    monkeypatch.setattr(distances, "squared_distances", counting)
-    monkeypatch.setattr(distances, "chunk_size_for", lambda *a, **kw: 64)
-    X, C = random_problem(1000, 5, 3)
-    D = distances.pairwise_squared_distances(X, C)
-    assert max(calls) <= 64 and sum(calls) == 1000
-    torch.testing.assert_close(D, brute_force(X, C))
 
 
 def test_cache_chunk_size() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rbfkm_engine.solver import FixedPointIteration
+from rbfkm_engine.passes import Workspace
+from rbfkm_engine.reseed import _take_farthest, farthest_first
 
 
 def points(case: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -26,13 +27,15 @@ def test_farthest_first_equals_one_full_pass_per_pick(
     case: str, n_new: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     X, w = points(case)
-    fp = FixedPointIteration(X, w, 4, chunk_size=1024)
+    fp = Workspace(X, w, 4, chunk_size=1024)
     fp.hard_labels(X[:4].clone())
     closest = fp.min_dist.clone()
-    expected = torch.stack([fp._take_farthest(closest) for _ in range(n_new)])
+    expected = torch.stack([_take_farthest(fp, closest) for _ in range(n_new)])
     if case != "duplicates" and n_new < 40:  # the picks come from the candidates alone
-        monkeypatch.setattr(fp, "_take_farthest", lambda closest: pytest.fail("full pass"))
-    got = fp._farthest_first(fp.min_dist.clone(), n_new)
+        monkeypatch.setattr(
+            "rbfkm_engine.reseed._take_farthest", lambda ws, closest: pytest.fail("full pass")
+        )
+    got = farthest_first(fp, fp.min_dist.clone(), n_new)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
@@ -42,11 +45,11 @@ def test_padded_hard_block_after_a_soft_pass_in_the_same_buffer() -> None:
     X, _ = points("distinct")
     C = X[:5].clone()
     expected = torch.cdist(X, C).argmin(dim=1)
-    fp = FixedPointIteration(X, None, 5, chunk_size=1024)
+    fp = Workspace(X, None, 5, chunk_size=1024)
     fp.hard_labels(C)
     torch.testing.assert_close(fp.labels, expected)
     fp.step(C, 1.0, "softmax")
     fp.hard_labels(C)
     torch.testing.assert_close(fp.labels, expected)
-    fp.step(C, 0.0, "hard")
+    fp.step(C, 0.0, "hard", warm=True)
     torch.testing.assert_close(fp.labels, expected)

@@ -1,0 +1,180 @@
+"""The local search: moves out of a Lloyd fixed point while they reach better ones.
+
+Annealing follows the data's hierarchy of splits; on overlapping clusters of uneven size
+that hierarchy can leave one centre too many in one region and one too few in another.
+Three searches run in turn (pricing math in :mod:`~rbfkm_engine.swaps`, passes in
+:mod:`~rbfkm_engine.search_passes`):
+
+- split-merges: delete a centre and split a cluster in two by 2-means;
+- one batch of Hartigan moves (every point that would lower the objective by moving);
+- centre swaps: a candidate drawn by squared distance, moved to the mean of the points it
+  would take, replaces the centre whose replacement lowers the inertia most.
+
+Every move is followed by Lloyd and kept only if its fixed point is better, so the result
+is always a converged fixed point no worse than the one the search started from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .context import FitContext
+from .init import sample_proportional
+from .lloyd import lloyd
+from .search_passes import (
+    captured_means,
+    cluster_halves,
+    hartigan_moves,
+    label_means,
+    swap_costs_of,
+)
+from .swaps import (
+    HARTIGAN_ROUNDS,
+    SPLIT_MERGE_TRIALS,
+    SWAP_CANDIDATES,
+    SWAP_MIN_GAIN,
+    SWAP_PATIENCE,
+    SWAP_TRIALS,
+    ranked_split_merges,
+    removal_costs,
+    split_gain,
+)
+
+
+@dataclass
+class FixedPoint:
+    """A converged fit the search competes against: its centres, each point's
+    second-nearest squared distance and the inertia (the workspace holds its labels and
+    nearest distances)."""
+
+    centres: torch.Tensor
+    second: torch.Tensor
+    inertia: float
+
+
+def refine(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
+    """Split-merges, then Hartigan moves, then swaps from the Lloyd fixed point ``C``;
+    returns the best fixed point reached."""
+    if ctx.passes.k < 2:
+        return C
+    second, inertia = ctx.passes.two_nearest(C)
+    best = FixedPoint(C, second, inertia)
+    kept = split_merges(ctx, best)
+    kept += hartigan(ctx, best)
+    kept += swaps(ctx, best)
+    ctx.say(f"moves kept={kept} inertia={best.inertia:.6g}")
+    return best.centres
+
+
+def settle(ctx: FitContext, best: FixedPoint, trial: torch.Tensor) -> tuple[bool, bool]:
+    """Lloyd from ``trial``; ``best`` becomes its fixed point when that is better.
+
+    Returns whether the trial was kept, and whether the search may go on (its Lloyd phase
+    converged or was abandoned as bound to end worse; not when the budget ran out). A
+    trial that is not kept leaves no record in ``history``, and the workspace gets
+    ``best``'s labels and distances back from a copy, not from another pass.
+    """
+    ws = ctx.passes
+    saved = ws.snapshot()
+    records = len(ctx.history)
+    level = (1.0 - SWAP_MIN_GAIN) * best.inertia
+    trial, converged = lloyd(ctx, trial, phase="swap", abandon_above=level)
+    # The last record is the inertia before the last (tiny) shift, which cannot raise it.
+    if converged and ctx.history[-1]["inertia"] < level:
+        best.second, best.inertia = ws.two_nearest(trial)
+        best.centres = trial
+        return True, True
+    abandoned = not converged and not ctx.budget.exhausted
+    del ctx.history[records:]
+    ws.restore(saved)
+    return False, converged or abandoned
+
+
+def split_merges(ctx: FitContext, best: FixedPoint) -> int:
+    """Split-merge moves while one reaches a better fixed point; returns how many were kept.
+
+    At each fixed point the ``SPLIT_MERGE_TRIALS`` best-priced moves are tried in turn
+    with Lloyd; the first that ends better is kept and the search starts again from it.
+    """
+    ws = ctx.passes
+    kept_moves = 0
+    moves: list[tuple[int, int]] | None = None
+    failures = 0
+    while not ctx.budget.exhausted:
+        if moves is None:
+            halves, mass = cluster_halves(ws, best.centres, ctx.generator)
+            costs = removal_costs(ws.min_dist, best.second, ws.labels, ws.w, ws.k)
+            moves = ranked_split_merges(split_gain(mass, halves), costs, SPLIT_MERGE_TRIALS)
+        if failures >= len(moves):
+            break
+        j, c = moves[failures]
+        trial = best.centres.clone()
+        trial[c], trial[j] = halves[c, 0], halves[c, 1]
+        kept, go_on = settle(ctx, best, trial)
+        if kept:
+            kept_moves += 1
+            moves, failures = None, 0
+        else:
+            failures += 1
+            if not go_on:
+                break
+    ctx.say(f"split-merges={kept_moves} inertia={best.inertia:.6g}")
+    return kept_moves
+
+
+def hartigan(ctx: FitContext, best: FixedPoint) -> int:
+    """Batches of Hartigan moves from ``best``'s labels, then Lloyd, kept when that fixed
+    point is better; returns 1 when kept, else 0."""
+    ws = ctx.passes
+    labels = ws.labels.clone()  # moved on a copy: the workspace keeps best's, for settle
+    means, mass = label_means(ws, labels, best.centres)
+    for _ in range(HARTIGAN_ROUNDS):
+        if hartigan_moves(ws, labels, means, mass) == 0:
+            break
+        means, mass = label_means(ws, labels, means)
+    if torch.equal(means, best.centres):
+        return 0
+    kept, _ = settle(ctx, best, means)
+    ctx.say(f"hartigan kept={kept} inertia={best.inertia:.6g}")
+    return int(kept)
+
+
+def swaps(ctx: FitContext, best: FixedPoint) -> int:
+    """Centre swaps while they pay; returns how many were kept.
+
+    Each round draws ``SWAP_CANDIDATES`` points by squared distance, moves each to the
+    mean of the points it would take (:func:`~rbfkm_engine.search_passes.captured_means`)
+    and prices it against every centre in one pass; the best swap is made when it lowers
+    the inertia by more than ``SWAP_MIN_GAIN``, and the first ``SWAP_TRIALS`` best ones
+    that do not pay at once are tried all the same (a centre that leaves a region split
+    in two often pays only after Lloyd has re-centred the others). The search stops after
+    ``SWAP_PATIENCE`` rounds in a row without a kept swap.
+    """
+    ws = ctx.passes
+    kept_swaps = failures = 0
+    trials = SWAP_TRIALS
+    while failures < SWAP_PATIENCE and not ctx.budget.exhausted:
+        score = ws.min_dist if ws.w is None else ws.w * ws.min_dist
+        if not float(score.sum()) > 0.0:
+            break  # every point sits on a centre
+        P = captured_means(ws, ws.X[sample_proportional(score, SWAP_CANDIDATES, ctx.generator)])
+        costs = swap_costs_of(ws, P, best.second)
+        j, b = divmod(int(torch.argmin(costs)), costs.shape[1])
+        if not float(costs[j, b]) < (1.0 - SWAP_MIN_GAIN) * best.inertia:
+            if trials <= 0:
+                failures += 1
+                continue
+            trials -= 1
+        trial = best.centres.clone()
+        trial[j] = P[b].to(trial.dtype)
+        kept, go_on = settle(ctx, best, trial)
+        if kept:
+            failures = 0
+            kept_swaps += 1
+            continue
+        failures += 1
+        if not go_on:
+            break
+    return kept_swaps

@@ -1,0 +1,378 @@
+"""The blocked E/M passes over the data: the only hot loop of a fit.
+
+One *pass* computes the squared distances of a block of rows to the centres (one GEMM),
+the responsibilities of the block, and accumulates the block's share of the M-step sums
+(:mod:`~rbfkm_engine.mstep`), block after block, so memory never grows as ``n x k``.
+:class:`Workspace` holds the data and the buffers every pass reuses, and the labels and
+nearest distances of the last pass (used to re-seed empty clusters, to price the local
+search's moves and to report hard labels without another pass).
+
+The last pass's labels can hint the next one (between fixed-point iterations few labels
+change), and Lloyd keeps its M-step sums between passes and corrects them for the points
+that moved. Both are asked for explicitly, per pass, with ``warm=True``: "these centres
+are the last pass's centres moved by its M-step". Nothing needs to be invalidated by hand:
+a pass without ``warm`` uses neither, and the kept sums are dropped by every method that
+writes labels any other way, so they always belong to the labels they sit next to.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .assign import EStep, nearest, responsibilities
+from .distances import iter_chunks, squared_distances, squared_norms
+from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
+from .progress import IterationStats
+from .reseed import farthest_first
+
+#: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
+ROW_REDUCTION_WIDTH = 16
+
+
+class Workspace:
+    """The data of one fit, the buffers of its passes and the labels of the last pass.
+
+    ``C`` may hold more rows than ``n_clusters`` while annealing (a centre's twins); the
+    stored ``labels`` and ``min_dist`` are those of the last pass, whatever its centres.
+    """
+
+    def __init__(
+        self,
+        X: torch.Tensor,
+        sample_weight: torch.Tensor | None,
+        n_clusters: int,
+        chunk_size: int,
+        x_sq: torch.Tensor | None = None,
+    ) -> None:
+        self.X = X
+        self.w = sample_weight
+        self.k = n_clusters
+        self.chunk_size = chunk_size
+        self.x_sq = squared_norms(X) if x_sq is None else x_sq
+        self.min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
+        self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
+        self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
+        # Lloyd's sums (R^T W X, R^T w) of ``labels``, in float64, kept between hard passes;
+        # None whenever ``labels`` were written by anything but a hard pass.
+        self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
+        # The distance block and the argmin keys' block, reused by every pass (see
+        # ``_reused_block``), and the layout whose padding the distance block holds (see
+        # ``_padded_distances``).
+        self._blocks: dict[str, torch.Tensor] = {}
+        self._padded_as: tuple[int, int, int] | None = None
+
+    def chunks(self) -> list[slice]:
+        """The row blocks of every pass."""
+        return list(iter_chunks(self.X.shape[0], self.chunk_size))
+
+    def weights(self, rows: slice) -> torch.Tensor | None:
+        """The block's sample weights (``None``: all 1)."""
+        return None if self.w is None else self.w[rows]
+
+    # ------------------------------------------------------------------ blocks
+    def _reused_block(self, name: str, m: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+        """An ``(m, width)`` block of the buffer ``name``, allocated once per fit.
+
+        Every pass makes such blocks per chunk; allocating fresh ones each time fragments
+        the C heap (glibc keeps freed blocks of this size mapped once its mmap threshold
+        has risen to them) until the process holds several times the block, and costs page
+        faults. Nothing keeps a block past its chunk, so one buffer serves them all.
+        """
+        buffer = self._blocks.get(name)
+        if buffer is None or buffer.numel() < m * width or buffer.dtype != dtype:
+            rows = min(self.chunk_size, self.X.shape[0])
+            buffer = torch.empty(rows * width, dtype=dtype, device=self.X.device)
+            self._blocks[name] = buffer
+        return buffer[: m * width].view(m, width)
+
+    def distances(
+        self, rows: slice, C: torch.Tensor, c_sq: torch.Tensor, with_norms: bool = False
+    ) -> torch.Tensor:
+        """``c_sq - 2 X[rows] C^T`` (the block without ``||x||^2``) in a reused block; with
+        ``with_norms``, the true squared distances (``||x||^2`` added, clamped at 0).
+
+        The block is overwritten by the next call: use it before asking for another.
+        """
+        self._padded_as = None
+        out = self._reused_block("distances", rows.stop - rows.start, C.shape[0], C.dtype)
+        if with_norms:
+            return squared_distances(self.X[rows], C, self.x_sq[rows], c_sq, out=out)
+        return torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=out)
+
+    def padded_distances(self, rows: slice, C: torch.Tensor, c_sq: torch.Tensor) -> torch.Tensor:
+        """:meth:`distances` (without norms) in a block of :func:`row_reduction_width`
+        columns, those past ``k`` at ``+inf``, which no minimum picks.
+
+        The GEMM writes the ``k`` real columns only; the padding is written once per fit
+        and layout, as nothing else writes there between hard passes.
+        """
+        k = C.shape[0]
+        width = row_reduction_width(k, C.device)
+        if width == k:
+            return self.distances(rows, C, c_sq)
+        block = self._reused_block("distances", rows.stop - rows.start, width, C.dtype)
+        layout = (block.data_ptr(), width, k)
+        if self._padded_as != layout:
+            capacity = self._blocks["distances"].numel() // width
+            whole = self._blocks["distances"][: capacity * width].view(capacity, width)
+            whole[:, k:] = float("inf")
+            self._padded_as = layout
+        torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=block[:, :k])
+        return block
+
+    def _nearest(
+        self, rows: slice, D: torch.Tensor, hint: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`nearest` for a block from :meth:`distances`: true distances and labels."""
+        keys = self._reused_block("argmin keys", D.shape[0], D.shape[1], D.dtype)
+        _, min_dist, labels = nearest(D, self.x_sq[rows], hint, scratch=keys)
+        return min_dist, labels
+
+    # ------------------------------------------------------------------ passes
+    def step(
+        self,
+        C: torch.Tensor,
+        sigma: float,
+        assignment: str,
+        *,
+        warm: bool = False,
+        need_spread: bool = False,
+        twins_from: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, IterationStats]:
+        """One pass: returns the M-step sums ``(R^T W X, R^T w)`` and the statistics.
+
+        ``warm``: ``C`` are the last pass's centres moved by its M-step, so its labels
+        hint this pass (and a hard pass corrects its kept sums). Rows of ``C`` from
+        ``twins_from`` on are the annealing twins of the rows before them, folded into
+        them when counting nonzeros. The distance blocks leave out ``||x||^2``: no map
+        depends on a per-row constant, so it is only added back where a true distance is
+        reported. Without ``need_spread`` the maps write into the distance block.
+        """
+        if (assignment == "hard" or sigma <= 0.0) and not need_spread:
+            return self._hard_step(C, warm)
+        self._hard_sums = None
+        sums = _SoftSums(C)
+        c_sq = squared_norms(C).unsqueeze(0)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = self.distances(rows, C, c_sq)
+            e = responsibilities(
+                D,
+                sigma,
+                assignment,
+                row_offset=self.x_sq[rows],
+                hint=self.labels[rows] if warm else None,
+                overwrite=not need_spread,
+                scratch=self._reused_block("argmin keys", D.shape[0], D.shape[1], D.dtype),
+            )
+            self.min_dist[rows] = e.min_dist
+            self.labels[rows] = e.labels
+            sums.add(self, rows, D, e, twins_from, need_spread)
+        return sums.num, sums.den, sums.stats(self.X.shape[0])
+
+    def _hard_step(
+        self, C: torch.Tensor, warm: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, IterationStats]:
+        """A Lloyd pass that updates the M-step sums only for the points that moved.
+
+        Between Lloyd iterations few labels change, and the sums depend on the labels
+        alone (not on the centres), so after the first pass they are kept, in float64, and
+        corrected by the moved points' contributions: the pass costs the distance GEMM and
+        a row minimum, not a scatter of every point.
+        """
+        incremental = warm and self._hard_sums is not None
+        if incremental:
+            num, den = self._hard_sums
+        else:
+            num = torch.zeros_like(C)
+            den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        c_sq = squared_norms(C).unsqueeze(0)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = self.padded_distances(rows, C, c_sq)
+            old = self.labels[rows] if warm else None
+            min_dist, labels = self._nearest(rows, D, old)
+            self.min_dist[rows] = min_dist
+            wc = self.weights(rows)
+            inertia += weighted_sum(min_dist, wc)
+            if incremental:
+                _move_points(num, den, self.X[rows], wc, old, labels)
+            else:
+                _add_points(num, den, self.X[rows], wc, labels)
+            self.labels[rows] = labels
+        if not incremental:
+            num, den = num.double(), den.double()
+        self._hard_sums = (num, den)
+        total = float(inertia)
+        zeros = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        stats = IterationStats(total, total, 1.0, 0, 0.0, zeros)
+        # A cluster that lost all its points can keep a rounding residue of its weights.
+        den_out = torch.where(den > 1e-12 * self.total_weight, den, 0.0)
+        return num.to(C.dtype), den_out.to(C.dtype), stats
+
+    def update(
+        self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True
+    ) -> tuple[torch.Tensor, int]:
+        """New centres ``num / den``; clusters that received no mass are re-seeded.
+
+        As scikit-learn and faiss do, an empty cluster moves to the point farthest from its
+        nearest centre (points of weight 0 are never chosen). With ``reseed=False`` (while
+        annealing) an empty centre stays where it is.
+        """
+        C_new = num / den.clamp_min(torch.finfo(den.dtype).tiny).unsqueeze(1)
+        empty = den <= 0
+        n_empty = int(empty.sum())
+        if n_empty and not reseed:
+            C_new[empty] = C[empty]
+            return C_new, 0
+        if n_empty:
+            C_new[empty] = farthest_first(self, self.min_dist.clone(), n_empty).to(C_new.dtype)
+        return C_new, n_empty
+
+    def hard_labels(self, C: torch.Tensor) -> float:
+        """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia.
+
+        Without hints (ties go to the lowest index): ``RBFKMeans.predict`` runs this same
+        pass, so the fit's final labels are its labels.
+        """
+        self._hard_sums = None
+        c_sq = squared_norms(C).unsqueeze(0)
+        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = self.padded_distances(rows, C, c_sq)
+            min_dist, labels = self._nearest(rows, D, None)
+            self.min_dist[rows] = min_dist
+            self.labels[rows] = labels
+            inertia += weighted_sum(min_dist, self.weights(rows))
+        return float(inertia)
+
+    def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Hard E-step at ``C`` that also returns each point's second-nearest squared
+        distance (``labels`` and ``min_dist`` hold the nearest); and the inertia."""
+        self._hard_sums = None
+        c_sq = squared_norms(C).unsqueeze(0)
+        second = torch.empty_like(self.min_dist)
+        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = self.padded_distances(rows, C, c_sq)
+            values, labels = torch.topk(D, 2, dim=1, largest=False)
+            values.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
+            self.min_dist[rows] = values[:, 0]
+            second[rows] = values[:, 1]
+            self.labels[rows] = labels[:, 0]
+            inertia += weighted_sum(values[:, 0], self.weights(rows))
+        return second, float(inertia)
+
+    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of ``labels`` and ``min_dist``, for :meth:`restore`."""
+        return self.labels.clone(), self.min_dist.clone()
+
+    def restore(self, saved: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Put back the labels and distances of a :meth:`snapshot` (no pass needed)."""
+        self._hard_sums = None
+        self.labels.copy_(saved[0])
+        self.min_dist.copy_(saved[1])
+
+    def add_farthest(self, C: torch.Tensor, n_new: int) -> torch.Tensor:
+        """Append ``n_new`` centres, each the point farthest from all centres so far."""
+        self.hard_labels(C)
+        closest = self.min_dist.clone()
+        if n_new <= 0:
+            return C
+        return torch.cat([C, farthest_first(self, closest, n_new).to(C.dtype)])
+
+
+class _SoftSums:
+    """The M-step sums and the statistics of a soft pass, block by block."""
+
+    def __init__(self, C: torch.Tensor) -> None:
+        self.num = torch.zeros_like(C)
+        self.den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        self.spread = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        self.objective = torch.zeros((), dtype=torch.float64, device=C.device)
+        self.inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        self.nnz = 0
+        self.n_soft = 0
+        self.soft_weight = 0.0
+
+    def add(
+        self,
+        ws: Workspace,
+        rows: slice,
+        D: torch.Tensor,
+        e: EStep,
+        twins_from: int | None,
+        spread: bool,
+    ) -> None:
+        """Add one block's E-step ``e`` (``D``: its distance block without norms)."""
+        wc = ws.weights(rows)
+        self.objective += weighted_sum(e.energy, wc)
+        self.inertia += weighted_sum(e.min_dist, wc)
+        R = e.responsibilities
+        self.nnz += count_nonzeros(R, twins_from)
+        self.n_soft += e.n_soft
+        if wc is None or e.soft_index is None:
+            self.soft_weight += e.n_soft
+        else:
+            self.soft_weight += float(wc[e.soft_index].sum())
+        accumulate(self.num, self.den, ws.X[rows], wc, R)
+        if spread:
+            accumulate_spread(self.spread, D, ws.x_sq[rows], e, wc)
+
+    def stats(self, n: int) -> IterationStats:
+        return IterationStats(
+            objective=float(self.objective),
+            inertia=float(self.inertia),
+            mean_nnz=self.nnz / n,
+            n_soft=self.n_soft,
+            soft_weight=self.soft_weight,
+            spread=self.spread,
+        )
+
+
+def _add_points(
+    num: torch.Tensor,
+    den: torch.Tensor,
+    X: torch.Tensor,
+    w: torch.Tensor | None,
+    labels: torch.Tensor,
+) -> None:
+    """Add the block's points to the sums of their clusters."""
+    if w is None:
+        num.index_add_(0, labels, X)
+        den.index_add_(0, labels, torch.ones(labels.shape[0], dtype=X.dtype, device=X.device))
+    else:
+        num.index_add_(0, labels, X * w.unsqueeze(1))
+        den.index_add_(0, labels, w)
+
+
+def _move_points(
+    num: torch.Tensor,
+    den: torch.Tensor,
+    X: torch.Tensor,
+    w: torch.Tensor | None,
+    old: torch.Tensor,
+    labels: torch.Tensor,
+) -> None:
+    """Move the block's points whose label changed from ``old`` between the (float64) sums."""
+    moved = torch.nonzero(labels != old).squeeze(1)
+    if not moved.numel():
+        return
+    Xm = X[moved].double()
+    if w is None:
+        mass = torch.ones(moved.shape[0], dtype=torch.float64, device=X.device)
+    else:
+        mass = w[moved].double()
+        Xm = Xm * mass.unsqueeze(1)
+    num.index_add_(0, labels[moved], Xm)
+    num.index_add_(0, old[moved], Xm, alpha=-1.0)
+    den.index_add_(0, labels[moved], mass)
+    den.index_add_(0, old[moved], mass, alpha=-1.0)
+
+
+def row_reduction_width(k: int, device: torch.device) -> int:
+    """Columns of a hard pass's distance block: ``k`` rounded up to a multiple of
+    ``ROW_REDUCTION_WIDTH`` on the CPU, where a row minimum over other widths runs
+    several times slower than over a multiple of 16."""
+    if device.type != "cpu":
+        return k
+    return k + (-k % ROW_REDUCTION_WIDTH)

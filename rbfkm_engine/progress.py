@@ -1,0 +1,102 @@
+"""What a fit reports while it runs: the callback's :class:`FitProgress`, the iteration
+budget all phases draw on, and the ``history_`` records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+Phase = Literal["anneal", "lloyd", "swap"]
+#: The phases a :class:`FitProgress` may name, in the order a fit meets them.
+PHASES: tuple[Phase, ...] = ("anneal", "lloyd", "swap")
+
+
+@dataclass(frozen=True)
+class FitProgress:
+    """What a fit callback is told after each fixed-point iteration."""
+
+    sigma: float  # temperature of the iteration; 0.0 in the final Lloyd phase
+    iteration: int  # iterations so far, all temperatures together
+    objective: float  # J_sigma at the centres the iteration started from
+    fraction: float  # estimate of the share of the fit done, in [0, 1]
+    phase: Phase  # "anneal", "lloyd", or "swap" (the Lloyd phase after a move)
+
+
+Callback = Callable[[FitProgress], "bool | None"]
+
+
+@dataclass
+class IterationStats:
+    """Totals of one pass over the data (weighted)."""
+
+    objective: float
+    inertia: float
+    mean_nnz: float
+    n_soft: int
+    soft_weight: float  # weight of the n_soft points
+    spread: torch.Tensor  # per centre: sum_i w_i R_ij D_ij
+
+
+class Budget:
+    """The iterations all phases of one run draw on, and the progress callback.
+
+    ``offset`` and ``scale`` place this run's ``fraction`` within a fit of several runs
+    (``n_init``); ``iteration_offset`` counts the iterations of the runs before it.
+    """
+
+    def __init__(
+        self,
+        max_iter: int,
+        callback: Callback | None = None,
+        offset: float = 0.0,
+        scale: float = 1.0,
+        iteration_offset: int = 0,
+    ) -> None:
+        self.max_iter = max_iter
+        self.n_iter = 0
+        self.iteration_offset = iteration_offset
+        self.callback = callback
+        self.offset = offset
+        self.scale = scale
+        self.stopped = False
+        # Iterations done when the first Lloyd phase began (progress of the Lloyd phases
+        # after moves continues from there).
+        self.lloyd_from: int | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the run must end: the callback stopped it or ``max_iter`` is spent."""
+        return self.stopped or self.n_iter >= self.max_iter
+
+    def tick(self, sigma: float, objective: float, fraction: float, phase: Phase) -> None:
+        """Count one iteration and tell the callback (which may stop the run)."""
+        self.n_iter += 1
+        if self.callback is None:
+            return
+        info = FitProgress(
+            sigma=sigma,
+            iteration=self.iteration_offset + self.n_iter,
+            objective=objective,
+            fraction=min(1.0, self.offset + self.scale * fraction),
+            phase=phase,
+        )
+        if self.callback(info):
+            self.stopped = True
+
+
+def record(
+    history: list[dict[str, float]], sigma: float, stats: IterationStats, iters: int
+) -> None:
+    """Append one ``history_`` record: a temperature (or a Lloyd phase, ``sigma = 0``)."""
+    history.append(
+        {
+            "sigma": float(sigma),
+            "objective": stats.objective,
+            "inertia": stats.inertia,
+            "iterations": iters,
+            "mean_nnz": stats.mean_nnz,
+        }
+    )

@@ -1,0 +1,80 @@
+"""Farthest-first seeding: new centres where the data are farthest from the centres.
+
+Empty clusters are re-seeded at the point farthest from its nearest centre, as
+scikit-learn and faiss do, and a fit that reached fewer centres than asked for is topped
+up the same way. Points of weight 0 are never taken while others remain.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .distances import squared_distances
+
+if TYPE_CHECKING:
+    from .passes import Workspace
+
+#: Re-seeding ``n`` centres looks for them among the ``max(FARTHEST_CANDIDATES, 16 n)``
+#: points farthest from the centres first (see :func:`farthest_first`) ...
+FARTHEST_CANDIDATES = 1024
+#: ... and grows that pool by this factor when the picks may lie outside it.
+FARTHEST_GROWTH = 8
+
+
+def farthest_first(ws: Workspace, closest: torch.Tensor, n_new: int) -> torch.Tensor:
+    """``n_new`` points of ``ws.X``, each the farthest from the centres and the points
+    taken before it (``closest``: each point's squared distance to the centres; a copy it
+    may overwrite).
+
+    Taking a point only lowers the others' distances, so while every pick stays above the
+    largest distance outside the ``m`` farthest points, the picks among those ``m`` are the
+    picks among all: they run there, on ``m`` rows instead of a pass over ``X`` per pick.
+    When that check fails the pool grows ``FARTHEST_GROWTH``-fold; a pool as large as
+    ``X`` is the plain pass per pick.
+    """
+    n = closest.shape[0]
+    score = closest if ws.w is None else torch.where(ws.w > 0, closest, -1.0)
+    m = max(FARTHEST_CANDIDATES, 16 * n_new)
+    while m < n:
+        picks = _farthest_among(ws, score, m, n_new)
+        if picks is not None:
+            return picks
+        m *= FARTHEST_GROWTH
+    return torch.stack([_take_farthest(ws, closest) for _ in range(n_new)])
+
+
+def _farthest_among(ws: Workspace, score: torch.Tensor, m: int, n_new: int) -> torch.Tensor | None:
+    """:func:`farthest_first` among the ``m`` top-``score`` points, or ``None`` where a
+    pick would not be above every point outside them."""
+    top, order = torch.topk(score, m + 1)
+    candidates, outside = order[:m], top[m]
+    values = top[:m].clone()
+    P, p_sq = ws.X[candidates], ws.x_sq[candidates]
+    taken: list[int] = []
+    for _ in range(n_new):
+        best = values.max()
+        if not best > outside:
+            return None
+        ties = torch.nonzero(values == best).squeeze(1)
+        j = int(ties[torch.argmin(candidates[ties])])  # argmax's tie: the lowest index
+        taken.append(j)
+        d_new = squared_distances(P, P[j : j + 1], p_sq).squeeze(1)
+        torch.minimum(values, d_new.to(values.dtype), out=values)
+    return P[taken]
+
+
+def _take_farthest(ws: Workspace, closest: torch.Tensor) -> torch.Tensor:
+    """The point farthest from the centres (``closest``: each point's squared distance to
+    them, updated in place to count the returned point as a centre).
+
+    One point at a time: copies of a point are never taken twice, so repeating a point
+    and weighting it give the same centres.
+    """
+    score = closest if ws.w is None else torch.where(ws.w > 0, closest, -1.0)
+    far = int(torch.argmax(score))
+    point = ws.X[far : far + 1]
+    d_new = squared_distances(ws.X, point, ws.x_sq).squeeze(1)
+    torch.minimum(closest, d_new.to(closest.dtype), out=closest)
+    return point[0]

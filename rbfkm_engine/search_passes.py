@@ -1,0 +1,165 @@
+"""The passes over the data that price the local search's moves.
+
+Each runs block by block over a :class:`~rbfkm_engine.passes.Workspace` after
+:meth:`~rbfkm_engine.passes.Workspace.two_nearest` (whose labels and nearest and
+second-nearest distances they read); the per-block math lives in
+:mod:`~rbfkm_engine.swaps`, the search itself in :mod:`~rbfkm_engine.local_search`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .distances import iter_chunks, squared_norms
+from .passes import Workspace
+from .swaps import (
+    SPLIT_POWER_ITERATIONS,
+    SPLIT_TWO_MEANS_ITERATIONS,
+    hartigan_targets,
+    swap_costs,
+)
+
+
+def captured_means(ws: Workspace, P: torch.Tensor) -> torch.Tensor:
+    """Each candidate centre moved to the (weighted) mean of the points it would take
+    from their nearest centre, at the distances of the last ``two_nearest``.
+
+    One Lloyd step for the newcomer alone: in many dimensions a data point is a poor
+    centre (about twice its cluster's mean squared radius away from the others), so swaps
+    priced at the point itself would hardly ever pay.
+    """
+    p_sq = squared_norms(P)
+    num = torch.zeros_like(P)
+    den = torch.zeros(P.shape[0], dtype=P.dtype, device=P.device)
+    for rows in ws.chunks():
+        dp = ws.distances(rows, P, p_sq, with_norms=True)
+        taken = (dp < ws.min_dist[rows].unsqueeze(1)).to(P.dtype)
+        if ws.w is not None:
+            taken.mul_(ws.w[rows].unsqueeze(1))
+        num.addmm_(taken.T, ws.X[rows])
+        den.add_(taken.sum(dim=0))
+    return torch.where((den > 0).unsqueeze(1), num / den.clamp_min(1e-300).unsqueeze(1), P)
+
+
+def swap_costs_of(ws: Workspace, P: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """``(k, B)`` inertia after replacing centre ``j`` by candidate centre ``P[b]``, at the
+    labels and distances of the last ``two_nearest`` (see :mod:`~rbfkm_engine.swaps`)."""
+    p_sq = squared_norms(P)
+    base = torch.zeros(P.shape[0], dtype=torch.float64, device=P.device)
+    delta = torch.zeros((ws.k, P.shape[0]), dtype=torch.float64, device=P.device)
+    for rows in ws.chunks():
+        dp = ws.distances(rows, P, p_sq, with_norms=True)
+        wc = ws.weights(rows)
+        b, d = swap_costs(ws.min_dist[rows], second[rows], ws.labels[rows], wc, dp, ws.k)
+        base += b
+        delta += d
+    return delta + base.unsqueeze(0)
+
+
+def slot_means(
+    ws: Workspace, slot_of: Callable[[slice], torch.Tensor], fallback: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Weighted) means and weights of the points by slot, ``slot_of(rows)`` giving the
+    slots of a block; an empty slot keeps its row of ``fallback`` (one per slot)."""
+    n_slots = fallback.shape[0]
+    num = torch.zeros_like(fallback)
+    mass = torch.zeros(n_slots, dtype=fallback.dtype, device=fallback.device)
+    for rows in ws.chunks():
+        slot = slot_of(rows)
+        if ws.w is None:
+            num.index_add_(0, slot, ws.X[rows])
+            mass += torch.bincount(slot, minlength=n_slots).to(mass.dtype)
+        else:
+            num.index_add_(0, slot, ws.X[rows] * ws.w[rows].unsqueeze(1))
+            mass.index_add_(0, slot, ws.w[rows])
+    means = num / mass.clamp_min(1e-30).unsqueeze(1)
+    return torch.where((mass > 0).unsqueeze(1), means, fallback), mass
+
+
+def label_means(
+    ws: Workspace, labels: torch.Tensor, C: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Means and weights of the clusters of ``labels``; an empty one keeps ``C``'s row."""
+    return slot_means(ws, lambda rows: labels[rows], C)
+
+
+def hartigan_moves(
+    ws: Workspace, labels: torch.Tensor, means: torch.Tensor, mass: torch.Tensor
+) -> int:
+    """Move every point of ``labels`` (in place) that a Hartigan step would move, all at
+    once; returns how many moved.
+
+    ``means`` and ``mass``: of the clusters of ``labels`` (:func:`label_means`); see
+    :func:`~rbfkm_engine.swaps.hartigan_targets`.
+    """
+    c_sq = squared_norms(means)
+    moved = 0
+    for rows in ws.chunks():
+        D = ws.distances(rows, means, c_sq, with_norms=True)
+        new = hartigan_targets(D, labels[rows], mass, ws.weights(rows))
+        moved += int((new != labels[rows]).sum())
+        labels[rows] = new
+    return moved
+
+
+def cluster_halves(
+    ws: Workspace, C: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every cluster of the last pass's labels split in two: the halves' means
+    ``(k, 2, d)`` and weights ``(k, 2)``, for all clusters at once.
+
+    The halves start on either side of the cluster's principal axis through ``C`` (a few
+    power iterations of its scatter matrix, from a random direction) and are refined by
+    2-means within the cluster. Each step is one pass: a point's projection on its own
+    cluster's axis is a column of an ``(n, k)`` GEMM, the sums are made by ``index_add_``
+    over ``k`` or ``2 k`` slots.
+    """
+    k, d = C.shape
+    device = C.device if generator is None else generator.device
+    axis = torch.randn((k, d), generator=generator, dtype=torch.float64, device=device)
+    axis = _principal_axes(ws, C, axis.to(device=C.device, dtype=C.dtype))
+    # Side of each point: first along the axis, then by the nearer half's mean.
+    normal, offset_at = axis, (axis * C).sum(dim=1)
+
+    def half_of(rows: slice) -> torch.Tensor:  # slot 2 label + side
+        lab = ws.labels[rows]
+        side = (_own_projection(ws, rows, normal) > offset_at[lab]).long()
+        return side.add_(lab, alpha=2)
+
+    for _ in range(SPLIT_TWO_MEANS_ITERATIONS + 1):
+        halves, mass = slot_means(ws, half_of, C.repeat_interleave(2, dim=0))
+        halves = halves.view(k, 2, d)
+        # Nearer to half 1 than to half 0: x . (s1 - s0) > (|s1|^2 - |s0|^2) / 2.
+        normal = halves[:, 1] - halves[:, 0]
+        offset_at = 0.5 * (squared_norms(halves[:, 1]) - squared_norms(halves[:, 0]))
+    return halves, mass.view(k, 2)
+
+
+def _principal_axes(ws: Workspace, C: torch.Tensor, axis: torch.Tensor) -> torch.Tensor:
+    """Power iterations of each cluster's scatter matrix about ``C``, from ``axis``."""
+    k = C.shape[0]
+    for _ in range(SPLIT_POWER_ITERATIONS):
+        # scatter_c v = sum_i w_i (x_i - c) (x_i - c) . v over the cluster's points
+        axis = axis / axis.norm(dim=1, keepdim=True).clamp_min(1e-30)
+        along = torch.zeros_like(C)  # sum_i w_i x_i (x_i - c) . v
+        weight_along = torch.zeros(k, dtype=C.dtype, device=C.device)
+        c_along = (C * axis).sum(dim=1)
+        for rows in iter_chunks(ws.X.shape[0], ws.chunk_size):
+            lab = ws.labels[rows]
+            proj = _own_projection(ws, rows, axis).sub_(c_along[lab])
+            if ws.w is not None:
+                proj.mul_(ws.w[rows])
+            along.index_add_(0, lab, ws.X[rows] * proj.unsqueeze(1))
+            weight_along.index_add_(0, lab, proj)
+        scatter = along - C * weight_along.unsqueeze(1)
+        axis = torch.where(scatter.norm(dim=1, keepdim=True) > 0, scatter, axis)
+    return axis
+
+
+def _own_projection(ws: Workspace, rows: slice, V: torch.Tensor) -> torch.Tensor:
+    """``x_i . V[label_i]`` for the block: a ``(rows, k)`` GEMM and a gather, cheaper than
+    gathering a ``(rows, d)`` block of ``V``'s rows."""
+    lab = ws.labels[rows].unsqueeze(1)
+    return torch.mm(ws.X[rows], V.T).gather(1, lab).squeeze(1)

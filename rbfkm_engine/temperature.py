@@ -1,0 +1,129 @@
+r"""Temperatures: where annealing starts, how it cools, where it stops.
+
+Critical temperature
+--------------------
+Above a critical ``sigma`` the only stable fixed point has every centre at the weighted
+mean ``mu``. Linearise one fixed-point iteration around that collapsed state: perturb the
+centres ``c_j = mu + e_j``; to first order the scores of point ``i`` change by
+``dz_ij = 2 (x_i - mu) . e_j / sigma`` (the ``||x_i - mu||^2`` term is common to all ``j``
+and drops out), the responsibilities by ``dR_i = J dz_i`` with ``J`` the Jacobian of the map
+at the uniform distribution, and the M-step gives
+
+    e_j  <-  (2 g / sigma) Cov_w (e_j - mean_l e_l),     Cov_w the weighted covariance,
+
+where ``J = g (I - 11^T / k) / k``. The collapsed state loses stability when
+``2 g lambda_max / sigma > 1``:
+
+- softmax: ``J = diag(p) - p p^T = (I - 11^T/k) / k``, so ``g = 1`` and
+  ``sigma_c = 2 lambda_max`` (Rose's deterministic annealing);
+- entmax15: with ``s = sqrt(p)``, ``J = diag(s) - s s^T / sum(s)``; at ``p = 1/k`` this is
+  ``(I - 11^T/k) / sqrt(k)``, so ``g = sqrt(k)`` and ``sigma_c = 2 sqrt(k) lambda_max``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: ``sigma0="auto"`` starts this far above the critical temperature.
+SIGMA0_MARGIN = 1.1
+#: ``sigma_min="auto"`` is this fraction of the softmax critical temperature.
+SIGMA_MIN_RATIO = 1e-4
+#: Annealing spends enough fixed-point iterations per temperature that the temperature
+#: falls by at most this factor per iteration (see :func:`iterations_per_temperature`).
+COOLING_PER_ITERATION = 0.8
+
+
+def critical_temperature(lambda_max: float, n_clusters: int, assignment: str) -> float:
+    """First critical ``sigma`` of the map (see the module docstring)."""
+    if assignment == "softmax":
+        return 2.0 * lambda_max
+    if assignment == "entmax15":
+        return 2.0 * math.sqrt(n_clusters) * lambda_max
+    raise ValueError(f"no critical temperature for assignment={assignment!r}")
+
+
+def grow_twin_linearly(
+    cov: torch.Tensor,
+    offset: torch.Tensor,
+    schedule: list[float],
+    assignment: str,
+    *,
+    floor: float,
+    limit: float,
+) -> tuple[int, torch.Tensor]:
+    """Advance a lone centre's twin through the hottest temperatures without a data pass.
+
+    While the centres are the weighted mean and one twin at a small offset ``e`` from it,
+    one fixed-point iteration maps ``e`` to ``(2 g / sigma) Cov_w e`` to first order (the
+    module docstring with ``k = 2``: ``g = sqrt(2)`` for entmax15, 1 for softmax), a power
+    iteration of the covariance: a ``(d, d)`` product instead of a pass over the data.
+    The solver's own rule for twins is kept: an offset that shrinks below ``floor`` is
+    rescaled to it along its direction. Stops before the first temperature whose step
+    would take the offset beyond ``limit``, where the pair leaves the linear regime and
+    real iterations take over. Returns how many temperatures of ``schedule`` were so
+    advanced, and the offset (the figures are in benchmarks/README.md).
+    """
+    gain = critical_temperature(1.0, 2, assignment)
+    e = offset.to(cov.dtype)
+    for t, sigma in enumerate(schedule):
+        grown = (gain / sigma) * (cov @ e)
+        norm = float(grown.norm())
+        if not norm <= limit:
+            return t, e
+        e = grown * (floor / norm) if 0.0 < norm < floor else grown
+    return len(schedule), e
+
+
+def collapsed_objective(
+    inertia: float, total_weight: float, sigma: float, assignment: str
+) -> float:
+    """``J_sigma`` with the centre and its twin at the weighted mean: every point splits
+    its responsibility evenly between the two, so ``J = inertia - sigma W H(1/2, 1/2)``
+    (Tsallis ``(4/3)(1 - 2^-1/2)`` for entmax15, Shannon ``log 2`` for softmax)."""
+    entropy = (4.0 / 3.0) * (1.0 - 2.0**-0.5) if assignment == "entmax15" else math.log(2.0)
+    return inertia - sigma * total_weight * entropy
+
+
+def iterations_per_temperature(cooling: float) -> int:
+    """Fixed-point iterations allowed at one temperature (fewer once the centres move less
+    than ``tol``): as many as keep the cooling per iteration at ``COOLING_PER_ITERATION``
+    or milder; 1 at the default ``cooling=0.8``, 4 at 0.5, 11 at 0.1.
+
+    Annealing tracks a fixed point that moves as the temperature falls; converging at each
+    temperature buys little, since the next one moves it again; a coarser schedule takes
+    larger steps and needs more iterations to catch up (measured in benchmarks/README.md).
+    """
+    if not 0.0 < cooling < 1.0:
+        raise ValueError(f"cooling must be in (0, 1), got {cooling}")
+    ratio = math.log(cooling) / math.log(COOLING_PER_ITERATION)
+    return max(1, math.ceil(ratio - 1e-9))
+
+
+def geometric_schedule(
+    sigma0: float, sigma_min: float, cooling: float, max_length: int | None = None
+) -> list[float]:
+    """``sigma0, cooling * sigma0, ...`` down to and including ``sigma_min``.
+
+    ``max_length``: at most this many temperatures, the hottest ones (a fit spends at least
+    one iteration per temperature, so one of ``max_iter`` iterations never sees more than
+    ``max_iter``); it keeps extreme ratios or a cooling rate near 1 from building a list
+    no fit could use.
+    """
+    if not 0.0 < cooling < 1.0:
+        raise ValueError(f"cooling must be in (0, 1), got {cooling}")
+    if sigma_min <= 0.0 or sigma0 <= 0.0:
+        raise ValueError("sigma0 and sigma_min must be > 0")
+    if sigma_min >= sigma0:
+        return [sigma0]
+    # Logs of each, not of the ratio: sigma_min / sigma0 can underflow to 0. The small
+    # slack keeps a ratio that is an exact power of ``cooling`` (up to rounding) from
+    # scheduling ``sigma_min`` twice.
+    span = (math.log(sigma_min) - math.log(sigma0)) / math.log(cooling)
+    steps = math.ceil(span - 1e-9)
+    if max_length is not None and steps + 1 > max_length:
+        return [sigma0 * cooling**t for t in range(max(1, max_length))]
+    schedule = [sigma0 * cooling**t for t in range(steps)]
+    schedule.append(sigma_min)
+    return schedule

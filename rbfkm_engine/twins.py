@@ -1,0 +1,193 @@
+"""Centres grown by phase transitions: each centre's twin, its split and merges.
+
+A grown fit starts from one centre, the weighted mean, plus a *twin*: a copy displaced by
+``PERTURB`` times the cluster's rms radius. Above its critical temperature a pair falls
+back together; below it the twins move apart, and once their distance exceeds ``SPLIT``
+times the radius the twin becomes a centre of its own (both halves get new twins) until
+there are ``n_clusters``. Centres that fall back together are merged, freeing their slot
+for a later split. The number of centres a region of the data receives is thus decided by
+the data's own phase transitions, not by a random draw of initial centres.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .temperature import grow_twin_linearly
+
+#: A new twin is displaced by this fraction of its cluster's rms radius ...
+PERTURB = 3e-2
+#: ... and becomes a centre once the pair is this fraction of the radius apart.
+SPLIT = 1e-1
+#: The first twin grows by the linearised map, without passes over the data, while its
+#: offset stays below this fraction of the radius (see ``grow_twin_linearly``).
+LINEAR_TWIN_LIMIT = SPLIT / 2
+
+
+class Twins:
+    """The centres of a grown fit and the twins of those that may still split.
+
+    ``twins`` is ``None`` once there are ``n_clusters`` centres (until a merge frees a
+    slot). The annealing loop iterates on :meth:`stacked` and hands the result back to
+    :meth:`unstack`; after each temperature :meth:`after_temperature` splits, merges or
+    re-launches the twins.
+    """
+
+    def __init__(
+        self, mean: torch.Tensor, n_clusters: int, generator: torch.Generator | None
+    ) -> None:
+        self.centres = mean[:1]
+        self.twins: torch.Tensor | None = None
+        self.n_clusters = n_clusters
+        self.generator = generator
+
+    @property
+    def twins_from(self) -> int | None:
+        """The row of :meth:`stacked` where the twins start (``None``: no twins)."""
+        return None if self.twins is None else self.centres.shape[0]
+
+    def stacked(self) -> torch.Tensor:
+        """The centres, then their twins: the rows one fixed-point iteration moves."""
+        return self.centres if self.twins is None else torch.cat([self.centres, self.twins])
+
+    def unstack(self, full: torch.Tensor) -> None:
+        """Take back the rows of :meth:`stacked` after an iteration moved them."""
+        m = self.centres.shape[0]
+        self.centres = full[:m]
+        if self.twins is not None:
+            self.twins = full[m:]
+
+    def launch(self, radius2: torch.Tensor) -> None:
+        """Give every centre a fresh twin (``radius2``: the centres' mean squared radii)."""
+        self.twins = self._fresh(self.centres, radius2)
+
+    def launch_linearly(
+        self, covariance: torch.Tensor, schedule: list[float], assignment: str
+    ) -> int:
+        """Give the lone first centre its twin and advance it through the hottest
+        temperatures by the linearised map (:func:`~rbfkm_engine.temperature.grow_twin_linearly`),
+        without passes over the data. Returns how many temperatures were so skipped."""
+        radius2 = covariance.trace()  # of the one centre, the weighted mean
+        radius = float(radius2.sqrt())
+        C = self.centres
+        offset = self._fresh(C, radius2.to(C.dtype).reshape(1))[0] - C[0]
+        start, offset = grow_twin_linearly(
+            covariance,
+            offset,
+            schedule,
+            assignment,
+            floor=PERTURB * radius,
+            limit=LINEAR_TWIN_LIMIT * radius,
+        )
+        self.twins = C + offset.to(C.dtype)
+        return start
+
+    def radii(self, den: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
+        """Each centre's mean squared radius from a pass's masses and spreads, a centre's
+        twin counted with it."""
+        m = self.centres.shape[0]
+        if self.twins is None:
+            return spread[:m] / den[:m].clamp_min(1e-300)
+        mass = den[:m] + den[m:]
+        return (spread[:m] + spread[m:]) / mass.clamp_min(1e-300)
+
+    def after_temperature(self, radius2: torch.Tensor) -> bool:
+        """Merge the centres that fell back together, else split the pairs that moved
+        apart, else push collapsed twins back out. Returns whether the centres were
+        re-arranged (merged or split), so that the last labels no longer describe them."""
+        keep = coincident_survivors(self.centres, radius2)
+        if keep is not None:
+            # Centres that fell back together (above their local critical temperature)
+            # are one cluster: free the slot, so that a region that splits later gets it.
+            self.centres, radius2 = self.centres[keep], radius2[keep]
+            self.launch(radius2)
+            return True
+        if self.twins is None:
+            return False
+        sep2 = ((self.centres - self.twins) ** 2).sum(dim=1)
+        splitting = torch.nonzero(sep2 > SPLIT**2 * radius2).squeeze(1)
+        if splitting.numel():
+            self._split(splitting, sep2, radius2)
+            return True
+        # Twins still moving apart keep going; collapsed ones are pushed back out along
+        # their offset, which the iterations have turned towards the direction the pair
+        # splits along (see _rescaled).
+        collapsed = sep2 < PERTURB**2 * radius2
+        rescaled = self._rescaled(radius2)
+        self.twins = torch.where(collapsed.unsqueeze(1), rescaled, self.twins)
+        return False
+
+    def _split(self, splitting: torch.Tensor, sep2: torch.Tensor, radius2: torch.Tensor) -> None:
+        """The widest-apart ``splitting`` pairs (as many as there are free slots) become
+        two centres each."""
+        assert self.twins is not None
+        C, twins, m = self.centres, self.twins, self.centres.shape[0]
+        order = torch.argsort(sep2[splitting], descending=True)
+        chosen = splitting[order[: self.n_clusters - m]]
+        C = torch.cat([C, twins[chosen]])
+        radius2 = torch.cat([radius2, radius2[chosen]])
+        self.centres = C
+        if C.shape[0] >= self.n_clusters:
+            self.twins = None
+            return
+        # Pairs still on their way apart keep their twins (starting them again would delay
+        # their split by several temperatures); the two halves of each split get new ones.
+        fresh = self._fresh(C, radius2)
+        keep = torch.zeros(C.shape[0], dtype=torch.bool, device=C.device)
+        keep[:m] = True
+        keep[chosen] = False
+        self.twins = torch.where(keep.unsqueeze(1), torch.cat([twins, fresh[m:]]), fresh)
+
+    def _fresh(self, centres: torch.Tensor, radius2: torch.Tensor) -> torch.Tensor:
+        """Twins of ``centres`` in random directions, ``PERTURB`` radii away."""
+        u = torch.randn(
+            centres.shape,
+            generator=self.generator,
+            dtype=torch.float64,
+            device=self.generator.device,
+        )
+        u = (u / u.norm(dim=1, keepdim=True).clamp_min(1e-300)).to(
+            device=centres.device, dtype=centres.dtype
+        )
+        return centres + PERTURB * radius2.clamp_min(0.0).sqrt().unsqueeze(1) * u
+
+    def _rescaled(self, radius2: torch.Tensor) -> torch.Tensor:
+        """The twins at ``PERTURB`` radii from their centres along their current offsets.
+
+        Above its critical temperature the fixed-point map shrinks a twin's offset most
+        slowly along the cluster's principal axis: a power iteration, whose direction is
+        kept and only its length reset. A fresh random offset would start that alignment
+        again and split the pair several temperatures late.
+        """
+        assert self.twins is not None
+        centres = self.centres
+        offset = self.twins - centres
+        norm = offset.norm(dim=1, keepdim=True)
+        fresh = self._fresh(centres, radius2)
+        scale = PERTURB * radius2.clamp_min(0.0).sqrt().unsqueeze(1) / norm.clamp_min(1e-300)
+        return torch.where(norm > 0, centres + offset * scale, fresh)
+
+
+def coincident_survivors(C: torch.Tensor, radius2: torch.Tensor) -> torch.Tensor | None:
+    """Mask of the centres to keep when some have merged, else ``None``.
+
+    Two centres closer than ``SPLIT`` times the smaller of their rms radii are one
+    cluster; the later one goes (by index, so that the outcome does not hinge on rounding).
+    Radii have a floor relative to the typical one: a cluster of coincident points has
+    radius 0, and two centres on it are duplicates up to rounding.
+    """
+    m = C.shape[0]
+    if m < 2:
+        return None
+    C64 = C.double()
+    d2 = torch.cdist(C64, C64).pow_(2)
+    radius2 = radius2.double().clamp_min(1e-8 * float(radius2.double().mean()))
+    limit = SPLIT**2 * torch.minimum(radius2.unsqueeze(0), radius2.unsqueeze(1))
+    close = torch.triu(d2 < limit, diagonal=1)
+    if not bool(close.any()):
+        return None
+    keep = torch.ones(m, dtype=torch.bool, device=C.device)
+    for i, j in close.nonzero().tolist():
+        if keep[i]:
+            keep[j] = False
+    return keep

@@ -1,0 +1,214 @@
+"""The local search after Lloyd: split-merges, Hartigan moves and swaps, each kept only
+when its fixed point is better, and their place in a fit."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+import torch
+
+from rbfkm_engine import RBFKMeans
+from rbfkm_engine.context import FitContext
+from rbfkm_engine.lloyd import lloyd
+from rbfkm_engine.local_search import FixedPoint, hartigan, refine, split_merges
+from rbfkm_engine.passes import Workspace
+from rbfkm_engine.progress import Budget
+
+
+def context(
+    X: torch.Tensor, k: int, tol: float, max_iter: int = 100, chunk_size: int = 64
+) -> FitContext:
+    """A run's context on ``X`` (no weights), seeded."""
+    return FitContext(
+        Workspace(X, None, k, chunk_size),
+        Budget(max_iter),
+        tol,
+        torch.Generator().manual_seed(0),
+    )
+
+
+def three_blobs() -> torch.Tensor:
+    """Two blobs close together on the left, one far away on the right."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[-10.0, 0.0], [-7.0, 0.0], [10.0, 0.0]])
+    X = np.concatenate([c + 0.3 * rng.normal(size=(100, 2)) for c in centres])
+    return torch.as_tensor(X)
+
+
+def test_refine_moves_a_centre_from_a_crowded_blob() -> None:
+    # A Lloyd fixed point with one centre for the two left blobs and two in the right one.
+    X = three_blobs()
+    C = torch.tensor([[-8.5, 0.0], [10.0, 0.5], [10.0, -0.5]], dtype=torch.float64)
+    ctx = context(X, 3, tol=1e-12)
+    fp, history = ctx.passes, ctx.history
+    C, converged = lloyd(ctx, C)
+    assert converged
+    stuck = fp.hard_labels(C)
+    C = refine(ctx, C)
+    inertia = fp.hard_labels(C)
+    assert inertia < 0.2 * stuck
+    assert sorted(np.round(C[:, 0].numpy()).tolist()) == [-10.0, -7.0, 10.0]
+    # One record per accepted swap, each a converged Lloyd phase.
+    assert len(history) >= 2 and all(r["sigma"] == 0.0 for r in history)
+    # Still a Lloyd fixed point.
+    num, den, _ = fp.step(C, 0.0, "hard")
+    C_next, _ = fp.update(C, num, den)
+    assert float(((C_next - C) ** 2).sum()) < 1e-12
+
+
+def test_refine_keeps_an_optimum() -> None:
+    X = three_blobs()
+    C = torch.tensor([[-10.0, 0.0], [-7.0, 0.0], [10.0, 0.0]], dtype=torch.float64)
+    ctx = context(X, 3, tol=1e-12)
+    fp = ctx.passes
+    C, _ = lloyd(ctx, C)
+    before = fp.hard_labels(C)
+    C2 = refine(ctx, C)
+    torch.testing.assert_close(C2, C)
+    assert fp.hard_labels(C2) == pytest.approx(before)
+    assert len(ctx.history) == 1
+
+
+def test_refine_respects_the_iteration_budget() -> None:
+    X = three_blobs()
+    C = torch.tensor([[-8.5, 0.0], [10.0, 0.5], [10.0, -0.5]], dtype=torch.float64)
+    ctx = context(X, 3, tol=1e-12)
+    C, _ = lloyd(ctx, C)
+    ctx.budget.max_iter = ctx.budget.n_iter  # nothing left
+    C2 = refine(ctx, C)
+    torch.testing.assert_close(C2, C)
+
+
+def uneven_blobs(n: int = 4000, d: int = 8, k: int = 20, seed: int = 3) -> np.ndarray:
+    """Many uneven, overlapping blobs (Dirichlet(0.5) sizes, log-normal spreads)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.multinomial(n - 5 * k, rng.dirichlet(np.full(k, 0.5))) + 5
+    centres = rng.uniform(-6.0, 6.0, size=(k, d))
+    spreads = rng.lognormal(0.0, 0.5, size=k)
+    return np.concatenate(
+        [centres[j] + spreads[j] * rng.standard_normal((sizes[j], d)) for j in range(k)]
+    )
+
+
+def test_fit_ends_with_swaps_that_lower_the_inertia() -> None:
+    # Annealing alone ends in a poorer fixed point here: the Lloyd phases after swaps are
+    # recorded (sigma 0), each with a lower inertia, and the fit ends on the last one.
+    X = uneven_blobs()
+    m = RBFKMeans(20, random_state=0, device="cpu").fit(X)
+    lloyd_phases = [r["inertia"] for r in m.history_ if r["sigma"] == 0.0]
+    assert len(lloyd_phases) >= 2
+    assert all(b < a for a, b in pairwise(lloyd_phases))
+    assert m.inertia_ == pytest.approx(lloyd_phases[-1], rel=1e-5)
+    assert m.n_iter_ <= m.max_iter
+    np.testing.assert_array_equal(m.labels_, m.predict(X))
+
+
+def test_hard_assignment_is_plain_lloyd() -> None:
+    # No swaps for "hard": one Lloyd phase, as scikit-learn's KMeans.
+    m = RBFKMeans(20, assignment="hard", random_state=0, device="cpu").fit(uneven_blobs())
+    assert len(m.history_) == 1
+
+
+def test_progress_keeps_rising_through_the_swaps() -> None:
+    seen = []
+    m = RBFKMeans(20, random_state=0, device="cpu")
+    m.fit(uneven_blobs(), callback=lambda p: seen.append(p))
+    assert sum(r["sigma"] == 0.0 for r in m.history_) >= 2  # swaps happened
+    fractions = [p.fraction for p in seen]
+    assert all(b >= a for a, b in pairwise(fractions))
+    assert all(0.0 <= f <= 1.0 for f in fractions)
+    assert [p.iteration for p in seen] == list(range(1, m.n_iter_ + 1))
+    assert seen[-1].phase == "swap"
+
+
+def test_trial_swaps_escape_fixed_points_no_single_swap_improves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On digits, with the split-merge and Hartigan moves off, seed 3 anneals to a fixed
+    # point 0.4% above the best one found, and no swap lowers its inertia before Lloyd
+    # re-centres the rest; the trials (swap, then Lloyd, kept only if better) reach a
+    # lower fixed point.
+    from sklearn.datasets import load_digits
+
+    import rbfkm_engine.local_search as search
+
+    monkeypatch.setattr(search, "SPLIT_MERGE_TRIALS", 0)
+    monkeypatch.setattr(search, "HARTIGAN_ROUNDS", 0)
+    X = load_digits().data
+    fits = {}
+    for trials in (0, search.SWAP_TRIALS):
+        monkeypatch.setattr(search, "SWAP_TRIALS", trials)
+        m = RBFKMeans(10, random_state=3, device="cpu", dtype="float64").fit(X)
+        np.testing.assert_array_equal(m.labels_, m.predict(X))
+        fits[trials] = m
+    without, with_trials = fits[0], fits[search.SWAP_TRIALS]
+    assert search.SWAP_TRIALS > 0
+    assert with_trials.inertia_ < (1.0 - 1e-3) * without.inertia_
+    assert with_trials.n_iter_ > without.n_iter_  # the trials' Lloyd phases count
+
+
+def digits_fixed_point(seed: int) -> tuple[FitContext, FixedPoint]:
+    """A Lloyd fixed point of digits from scikit-learn's random init, in float64, with its
+    second-nearest distances; the context's history is empty."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import load_digits
+
+    X = load_digits().data
+    C0 = KMeans(10, n_init=1, init="random", random_state=seed).fit(X).cluster_centers_
+    ctx = context(torch.as_tensor(X), 10, tol=1e-6, max_iter=300, chunk_size=4096)
+    C, converged = lloyd(ctx, torch.as_tensor(C0))
+    assert converged
+    ctx.history.clear()
+    second, inertia = ctx.passes.two_nearest(C)
+    return ctx, FixedPoint(C, second, inertia)
+
+
+def test_split_merges_escape_a_fixed_point_with_one_centre_too_many_in_a_cluster() -> None:
+    # scikit-learn's random init, seed 9, ends 0.4% above the best known fixed point of
+    # digits (1.16512e6): two centres share one digit, one centre covers two. The best-
+    # priced split-merge does not pay at once; with Lloyd it reaches the best basin.
+    ctx, best = digits_fixed_point(9)
+    assert best.inertia > 1.169e6
+    kept = split_merges(ctx, best)
+    assert kept >= 1
+    assert best.inertia < 1.1660e6
+    assert ctx.passes.hard_labels(best.centres) == pytest.approx(best.inertia, rel=1e-9)
+    assert len(ctx.history) == kept and all(r["sigma"] == 0.0 for r in ctx.history)
+
+
+def test_hartigan_polishes_a_lloyd_fixed_point() -> None:
+    # scikit-learn's random init, seed 8, ends on a Lloyd fixed point 1e-4 above the best
+    # one: Lloyd cannot move its ~20 boundary points, Hartigan's moves (which count the
+    # shift of both means) can.
+    ctx, best = digits_fixed_point(8)
+    inertia = best.inertia
+    assert hartigan(ctx, best) == 1
+    assert best.inertia < inertia
+    assert ctx.passes.hard_labels(best.centres) == pytest.approx(best.inertia, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [4, 8, 9])
+def test_moves_leave_the_labels_of_the_centres_they_return(seed: int) -> None:
+    # The swap search after them prices swaps from these labels and distances, kept move
+    # or not.
+    ctx, best = digits_fixed_point(seed)
+    fp = ctx.passes
+    for search in (hartigan, split_merges):
+        search(ctx, best)
+        labels, min_dist = fp.labels.clone(), fp.min_dist.clone()
+        assert fp.hard_labels(best.centres) == pytest.approx(best.inertia, rel=1e-9)
+        torch.testing.assert_close(fp.labels, labels)
+        torch.testing.assert_close(fp.min_dist, min_dist, rtol=1e-9, atol=1e-6)
+
+
+def test_a_hartigan_trial_not_kept_restores_the_labels_of_the_centres() -> None:
+    # An incumbent of inertia 0 keeps no trial: the Hartigan moves (there are some at this
+    # fixed point) must not stay in the labels.
+    ctx, best = digits_fixed_point(8)
+    C = best.centres
+    best.inertia = 0.0
+    expected = ctx.passes.labels.clone()
+    assert hartigan(ctx, best) == 0 and best.centres is C
+    torch.testing.assert_close(ctx.passes.labels, expected)
