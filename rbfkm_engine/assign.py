@@ -35,6 +35,7 @@ import scipy.sparse as sp
 import torch
 from entmax import entmax15
 
+from .nearest import nearest
 from .params import ASSIGNMENTS
 
 Assignment = Literal["entmax15", "softmax", "hard"]
@@ -43,16 +44,6 @@ Assignment = Literal["entmax15", "softmax", "hard"]
 #: support whatever the row (``tau >= -1`` means ``z / 2 > -1`` is needed); clamping there
 #: keeps every value finite at tiny ``sigma`` without changing the result.
 _ENTMAX_FLOOR = -4.0
-
-#: :func:`nearest` gathers the changed rows for their ``argmin`` while they are at most
-#: ``1 / _GATHER_SHARE`` of the block.
-_GATHER_SHARE = 8
-
-#: The integer type :func:`packed_argmin` reads a float's bits as.
-_SAME_SIZE_INT = {torch.float32: torch.int32, torch.float64: torch.int64}
-#: Above ``2^_MAX_PACKED_BITS`` centres the packed candidates would keep too few
-#: mantissa bits to be worth checking: :func:`packed_argmin` falls back to ``argmin``.
-_MAX_PACKED_BITS = 16
 
 #: Size of one ``(rows, width)`` temporary of an entmax15 row group (see
 #: :func:`_entmax15_groups`). Smaller groups fall to torch's parallel grain size, where a
@@ -159,81 +150,6 @@ def _working_dtype(D: torch.Tensor) -> torch.Tensor:
     if D.dtype in (torch.float16, torch.bfloat16):
         return D.float()
     return D
-
-
-def nearest(
-    D: torch.Tensor,
-    row_offset: torch.Tensor | None,
-    hint: torch.Tensor | None = None,
-    scratch: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Row minimum of ``D``, the true nearest squared distance and the argmin.
-
-    Arg-reductions are much slower than value reductions on the CPU, so the
-    labels come from a row minimum and a check instead: a candidate label per row, kept
-    where ``D`` at it equals the row minimum, and an ``argmin`` for the few rows where it
-    does not. The candidates are ``hint`` (a previous label per row, the last
-    iteration's: between fixed-point iterations few labels change; ties keep the hint),
-    else :func:`packed_argmin`'s (ties go to the lowest index, as ``argmin``'s). When many
-    hinted rows changed, they take :func:`packed_argmin`'s candidates first.
-
-    ``scratch``: a buffer of at least ``D.numel()`` elements of ``D``'s dtype for
-    :func:`packed_argmin` (allocated when ``None``).
-    """
-    if D.device.type != "cpu" and hint is None:  # no hint to check: argmin is fast there
-        d_min, labels = D.min(dim=1)
-    else:
-        d_min = D.amin(dim=1)
-        labels = packed_argmin(D, row_offset, scratch) if hint is None else hint.clone()
-        off = _off_minimum(D, d_min, labels)
-        stale = torch.nonzero(off).squeeze(1)
-        if hint is not None and stale.shape[0] * _GATHER_SHARE > D.shape[0]:
-            labels = torch.where(off, packed_argmin(D, row_offset, scratch), labels)
-            stale = torch.nonzero(_off_minimum(D, d_min, labels)).squeeze(1)
-        if stale.numel():
-            labels[stale] = D[stale].argmin(dim=1)
-    true_min = d_min if row_offset is None else (d_min + row_offset).clamp_min_(0.0)
-    return d_min, true_min, labels
-
-
-def _off_minimum(D: torch.Tensor, d_min: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mask of the rows where ``D`` at ``labels`` is above the row minimum ``d_min``."""
-    return D.gather(1, labels.unsqueeze(1)).squeeze(1) > d_min
-
-
-def packed_argmin(
-    D: torch.Tensor, row_offset: torch.Tensor | None = None, scratch: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Candidate row argmins of ``D`` by one integer value reduction.
-
-    The magnitudes of floats order as their bit patterns (sign bit cleared) do as
-    integers, so writing the column index into the low ``b = ceil(log2 k)`` bits of
-    ``|D + row_offset|`` (the true squared distances, up to rounding about 0) makes the
-    row minimum carry its column: the index of the smallest value up to a relative
-    ``2^(b - 23)`` in float32, the lowest one among values that share their other bits.
-
-    A candidate, not the argmin: :func:`nearest` keeps it only where ``D`` at it equals the
-    row minimum. That check makes the result exact, ties included: the columns holding the
-    minimum share every bit but the index bits, so if the candidate is one of them it is
-    the lowest, the one ``argmin`` returns.
-    """
-    m, k = D.shape
-    bits = max(1, (k - 1).bit_length())
-    if bits > _MAX_PACKED_BITS or D.dtype not in _SAME_SIZE_INT:
-        return D.argmin(dim=1)
-    if scratch is None:
-        keys = torch.empty((m, k), dtype=D.dtype, device=D.device)
-    else:
-        keys = scratch.view(-1)[: m * k].view(m, k)
-    if row_offset is None:
-        keys.copy_(D)
-    else:
-        torch.add(D, row_offset.unsqueeze(1), out=keys)
-    as_int = keys.view(_SAME_SIZE_INT[D.dtype])
-    magnitude_bits = (1 << (8 * D.element_size() - 1)) - 1
-    columns = torch.arange(k, dtype=as_int.dtype, device=D.device)
-    as_int.bitwise_and_(magnitude_bits & -(1 << bits)).bitwise_or_(columns)
-    return as_int.amin(dim=1).bitwise_and_((1 << bits) - 1).long()
 
 
 def hard_map(
@@ -413,7 +329,7 @@ def entmax15_map(
     check), on whole rows otherwise, by groups of rows (:func:`_entmax15_groups`); scores
     below the support bound are clamped so that they stay finite at any ``sigma``.
     ``overwrite``: the soft rows' block may take ``D``'s storage. ``scratch``: see
-    :func:`nearest`.
+    :func:`~rbfkm_engine.nearest.nearest`.
     """
     D = _working_dtype(D)
     k = D.shape[1]
@@ -427,58 +343,92 @@ def entmax15_map(
     if soft_rows.numel() == 0:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
+    soft = _SoftRows(D, d_min, soft_rows, sigma, overwrite)
     soft_counts = counts[soft_rows]
-    width = int(soft_counts.max())
-    r = soft_rows.shape[0]
-    if width <= k // 4:
+    if int(soft_counts.max()) <= k // 4:
         # Narrow supports: the map on the candidate centres is the full-row map.
-        near = torch.empty((r, width), dtype=torch.long, device=D.device)
-        near_scores = D.new_empty((r, width))
-        every_row = r == D.shape[0]
-
-        def packed_scores(part: slice) -> torch.Tensor:
-            # By groups too: finding and packing the candidates makes a few (nonzeros,)
-            # index vectors.
-            rows = slice(part.start, min(part.stop, r)) if every_row else soft_rows[part]
-            _pack_candidates(
-                D, d_min, candidate, rows, soft_counts[part], sigma, near[part], near_scores[part]
-            )
-            return near_scores[part]
-
-        maps = _entmax15_groups(packed_scores, r, near_scores, sigma)
-        block = D[:r].zero_() if overwrite else D.new_zeros((r, k))
-        p = block.scatter_add_(1, near, maps.p)
-        packed = (near, maps.p)
+        maps, p, packed = _narrow_maps(soft, candidate, soft_counts)
     else:
         del candidate  # a (rows, k) mask the whole-row map does not need
-
-        every_row = r == D.shape[0]
-
-        def row_scores(part: slice) -> torch.Tensor:
-            if every_row:  # a slice, not a gather
-                z = D[part].sub(d_min[part].unsqueeze(1))
-            else:
-                sub = soft_rows[part]
-                z = D[sub].sub_(d_min[sub].unsqueeze(1))
-            return z.div_(-sigma).clamp_min_(_ENTMAX_FLOOR)
-
-        # ``soft_rows`` is ascending, so soft row i is written to row i <= soft_rows[i] of
-        # ``D`` only once the groups that read that row are done.
-        maps = _entmax15_groups(row_scores, r, D[:r] if overwrite else D.new_empty((r, k)), sigma)
-        p = maps.p
-        packed = (None, None)
-    spent, tsallis, support = maps.spent, maps.tsallis, maps.support
-    if r == D.shape[0]:
-        energy = min_dist + (spent - sigma * tsallis)
-        first = torch.zeros(D.shape[0], dtype=D.dtype, device=D.device)
-    else:
-        energy = min_dist.clone()
-        energy[soft_rows] += spent - sigma * tsallis
-        first = torch.ones(D.shape[0], dtype=D.dtype, device=D.device)
-        first[soft_rows] = 0.0
+        maps = _whole_row_maps(soft)
+        p, packed = maps.p, (None, None)
+    energy, first = _soft_energy(min_dist, soft_rows, maps, sigma)
     R = SparseResponsibilities(labels, first, soft_rows, p, k, *packed)
-    soft_index = soft_rows[support > 1]
+    soft_index = soft_rows[maps.support > 1]
     return EStep(R, energy, min_dist, labels, int(soft_index.shape[0]), soft_index)
+
+
+@dataclass(frozen=True)
+class _SoftRows:
+    """The rows of a block that entmax15 maps (the others are one-hot)."""
+
+    D: torch.Tensor  # the block (working dtype)
+    d_min: torch.Tensor  # its row minima
+    rows: torch.Tensor  # (r,) ascending
+    sigma: float
+    overwrite: bool  # the soft rows' map may take D's storage
+
+    @property
+    def every_row(self) -> bool:
+        return self.rows.shape[0] == self.D.shape[0]
+
+
+def _narrow_maps(
+    soft: _SoftRows, candidate: torch.Tensor, soft_counts: torch.Tensor
+) -> tuple[_RowMaps, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The map on each soft row's candidate centres, packed into a narrow block; returns
+    the maps, the soft rows' ``(r, k)`` block and the packed support ``(columns, values)``."""
+    D, r, k = soft.D, soft.rows.shape[0], soft.D.shape[1]
+    width = int(soft_counts.max())
+    near = torch.empty((r, width), dtype=torch.long, device=D.device)
+    near_scores = D.new_empty((r, width))
+
+    def packed_scores(part: slice) -> torch.Tensor:
+        # By groups too: finding and packing the candidates makes a few (nonzeros,) index
+        # vectors.
+        z = near_scores[part]
+        rows = slice(part.start, min(part.stop, r)) if soft.every_row else soft.rows[part]
+        counts = soft_counts[part]
+        _pack_candidates(D, soft.d_min, candidate, rows, counts, soft.sigma, near[part], z)
+        return z
+
+    maps = _entmax15_groups(packed_scores, r, near_scores, soft.sigma)
+    block = D[:r].zero_() if soft.overwrite else D.new_zeros((r, k))
+    return maps, block.scatter_add_(1, near, maps.p), (near, maps.p)
+
+
+def _whole_row_maps(soft: _SoftRows) -> _RowMaps:
+    """The map on the soft rows' whole rows (many candidates)."""
+    D, d_min, r = soft.D, soft.d_min, soft.rows.shape[0]
+
+    def row_scores(part: slice) -> torch.Tensor:
+        if soft.every_row:  # a slice, not a gather
+            z = D[part].sub(d_min[part].unsqueeze(1))
+        else:
+            sub = soft.rows[part]
+            z = D[sub].sub_(d_min[sub].unsqueeze(1))
+        return z.div_(-soft.sigma).clamp_min_(_ENTMAX_FLOOR)
+
+    # ``soft.rows`` is ascending, so soft row i is written to row i <= soft.rows[i] of ``D``
+    # only once the groups that read that row are done.
+    out = D[:r] if soft.overwrite else D.new_empty((r, D.shape[1]))
+    return _entmax15_groups(row_scores, r, out, soft.sigma)
+
+
+def _soft_energy(
+    min_dist: torch.Tensor, soft_rows: torch.Tensor, maps: _RowMaps, sigma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-point objective ``sum_j R D - sigma H_T(R)`` and the one-hot weight ``first``
+    (1 on hard rows, 0 on soft ones)."""
+    n = min_dist.shape[0]
+    if soft_rows.shape[0] == n:
+        energy = min_dist + (maps.spent - sigma * maps.tsallis)
+        return energy, torch.zeros(n, dtype=min_dist.dtype, device=min_dist.device)
+    energy = min_dist.clone()
+    energy[soft_rows] += maps.spent - sigma * maps.tsallis
+    first = torch.ones(n, dtype=min_dist.dtype, device=min_dist.device)
+    first[soft_rows] = 0.0
+    return energy, first
 
 
 def responsibilities(

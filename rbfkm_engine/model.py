@@ -33,23 +33,19 @@ from .frame import (
     power_of_two_scale,
     scaled,
     squared_in_data_units,
-    squared_in_fit_units,
     times_power_of_two,
     unscaled_callback,
     unscaled_record,
 )
 from .init import kmeans_plusplus, random_init
-from .moments import largest_eigenvalue, weighted_covariance
+from .inputs import array_input, check_tensor, init_array, sample_weights
 from .params import ASSIGNMENTS, DTYPES, PARAMETER_CONSTRAINTS, validate_params
 from .passes import Workspace
 from .progress import Budget, Callback
 from .solver import SolverResult, annealing_budget, solve
 from .temperature import (
-    SIGMA0_MARGIN,
-    SIGMA_MIN_RATIO,
-    critical_temperature,
-    geometric_schedule,
     iterations_per_temperature,
+    schedule_for,
 )
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -185,63 +181,22 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         goes through scikit-learn's ``validate_data``.
         """
         device = resolve_device(self.device)
-        if isinstance(X, torch.Tensor):
-            if X.ndim != 2:
-                raise ValueError(f"Expected a 2D tensor, got shape {tuple(X.shape)}")
-            if X.is_complex() or X.dtype == torch.bool:
-                raise ValueError(f"X must be real-valued, got dtype {X.dtype}")
-            if X.shape[0] == 0 or X.shape[1] == 0:
-                raise ValueError(f"X must be non-empty, got shape {tuple(X.shape)}")
-            out_dtype = np.dtype("float64") if X.dtype == torch.float64 else np.dtype("float32")
-            # The extremes are finite iff every value is (NaN propagates): no (n, d) mask,
-            # and no float64 copy, which a float64 sum of float32 values makes.
-            if not math.isfinite(max_abs(X)):
-                raise ValueError("Input X contains NaN or infinity; clean or impute it first.")
-            if reset:
-                self.n_features_in_ = int(X.shape[1])
-            elif X.shape[1] != self.n_features_in_:
-                raise ValueError(
-                    f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                    f"{self.n_features_in_} features as input."
-                )
-            target = dtype or (torch.float64 if X.dtype == torch.float64 else torch.float32)
-            return X.detach().to(device=device, dtype=target).contiguous(), out_dtype
-        array = validate_data(
-            self,
-            X,
-            reset=reset,
-            dtype=[np.float64, np.float32],
-            order="C",
-            accept_sparse=False,
-        )
-        if dtype is None:
-            dtype = torch.float64 if array.dtype == np.float64 else torch.float32
-        with warnings.catch_warnings():
-            # A read-only array (a memory-mapped file) is fine: fit and predict never write
-            # to it (centring, where they centre, makes a copy).
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            tensor = torch.from_numpy(array)
-        return tensor.to(device=device, dtype=dtype), array.dtype
-
-    def _weights(self, sample_weight: Any, X: torch.Tensor) -> torch.Tensor | None:
-        if sample_weight is None:
-            return None
-        if isinstance(sample_weight, torch.Tensor):
-            w = sample_weight.detach().to(device=X.device, dtype=X.dtype)
-        else:
-            array = np.asarray(sample_weight, dtype=np.float64)
-            if array.ndim == 0:
-                array = np.full(X.shape[0], float(array))
-            w = torch.from_numpy(np.ascontiguousarray(array)).to(device=X.device, dtype=X.dtype)
-        if w.ndim != 1 or w.shape[0] != X.shape[0]:
-            raise ValueError(f"sample_weight.shape == {tuple(w.shape)}, expected ({X.shape[0]},)")
-        if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
-            raise ValueError("sample_weight must be finite and non-negative")
-        if float(w.sum()) <= 0:
-            raise ValueError(
-                "Sample weights must not be all zero: give at least one sample a positive weight"
+        if not isinstance(X, torch.Tensor):
+            array = validate_data(
+                self, X, reset=reset, dtype=[np.float64, np.float32], order="C", accept_sparse=False
             )
-        return w
+            return array_input(array, device, dtype), array.dtype
+        check_tensor(X)
+        if reset:
+            self.n_features_in_ = int(X.shape[1])
+        elif X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        out_dtype = np.dtype("float64") if X.dtype == torch.float64 else np.dtype("float32")
+        target = dtype or (torch.float64 if X.dtype == torch.float64 else torch.float32)
+        return X.detach().to(device=device, dtype=target).contiguous(), out_dtype
 
     def _chunk(self, X: torch.Tensor) -> int:
         """Rows per block: the ``chunk_size`` parameter, else cache- and budget-sized."""
@@ -263,18 +218,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     X, self.n_clusters, sample_weight=w, generator=generator, x_sq=x_sq
                 )
             return random_init(X, self.n_clusters, sample_weight=w, generator=generator)
-        init = self.init
-        if isinstance(init, torch.Tensor):
-            C = init.detach().to(device=X.device, dtype=torch.float64)
-        else:
-            C = torch.as_tensor(np.asarray(init, dtype=np.float64), device=X.device)
-        if C.shape != (self.n_clusters, X.shape[1]):
-            raise ValueError(
-                f"init array must have shape (n_clusters, n_features) = "
-                f"({self.n_clusters}, {X.shape[1]}), got {tuple(C.shape)}"
-            )
-        if not bool(torch.isfinite(C).all()):
-            raise ValueError("init array contains NaN or infinity")
+        C = init_array(self.init, self.n_clusters, X.shape[1], X.device)
         return (C * scale - origin).to(X.dtype)
 
     def _grows_centres(self) -> bool:
@@ -284,45 +228,6 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         instead; an explicit init array is honoured as given.
         """
         return isinstance(self.init, str)
-
-    def _schedule(
-        self, X: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor, scale: float = 1.0
-    ) -> tuple[list[float], torch.Tensor | None]:
-        """Temperatures for this fit (``mean``: of ``X``, float64; ``X`` is the data times
-        ``scale``, so explicit temperatures, squared distances, are times ``scale**2``),
-        empty for hard or degenerate data; and the weighted covariance when an ``"auto"``
-        temperature needed it (the solver grows the first twin with it).
-
-        Grown fits start from one centre and its twin, whose entmax15 critical temperature
-        is that of 2 coincident centres, not of ``k``: starting at the latter would only
-        spend iterations on a state that cannot split.
-        """
-        if self.assignment == "hard":
-            return [], None
-        needs_lambda = self.sigma0 == "auto" or self.sigma_min == "auto"
-        cov = None
-        if needs_lambda:
-            cov = weighted_covariance(X, w, mean=mean)
-            lambda_max = largest_eigenvalue(cov)
-        else:
-            lambda_max = 1.0
-        if needs_lambda and lambda_max <= 0.0:
-            return [], None  # constant data: nothing to anneal
-        coincident = min(2, self.n_clusters) if self._grows_centres() else self.n_clusters
-        sigma0 = (
-            SIGMA0_MARGIN * critical_temperature(lambda_max, coincident, self.assignment)
-            if self.sigma0 == "auto"
-            else squared_in_fit_units(float(self.sigma0), scale)
-        )
-        sigma_min = (
-            SIGMA_MIN_RATIO * critical_temperature(lambda_max, self.n_clusters, "softmax")
-            if self.sigma_min == "auto"
-            else squared_in_fit_units(float(self.sigma_min), scale)
-        )
-        schedule = geometric_schedule(
-            sigma0, min(sigma_min, sigma0), float(self.cooling), max_length=int(self.max_iter)
-        )
-        return schedule, cov
 
     def fit(
         self,
@@ -358,7 +263,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 f"X has values beyond the range of dtype={self.dtype!r} "
                 f"(|x| up to {torch.finfo(Xt.dtype).max:.3g}); fit with dtype='float64'."
             )
-        w = self._weights(sample_weight, Xt)
+        w = sample_weights(sample_weight, Xt)
         framed = into_fit_frame(Xt, X, w, top)
         del Xt
         best = self._best_run(framed, w, check_random_state(self.random_state), callback)
@@ -378,7 +283,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Xt = framed.X
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * framed.spread / Xt.shape[1]
-        temperatures, cov = self._schedule(Xt, w, framed.mean - framed.origin, framed.scale)
+        mean = framed.mean - framed.origin
+        params = self.get_params(deep=False)
+        temperatures, cov = schedule_for(params, self._grows_centres(), Xt, w, mean, framed.scale)
         grow = bool(temperatures) and self._grows_centres()
         if not grow or (cov is not None and cov.numel() > Xt.numel()):
             # Only a grown fit's first twin uses the covariance; for data wider than it
@@ -535,7 +442,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Nearest centre of each point and the weighted inertia: the solver's last pass
         (the same operations on the same blocks), so ``labels_ == predict(X)``."""
         Xt, C, _ = self._predict_inputs(X)
-        w = self._weights(sample_weight, Xt)
+        w = sample_weights(sample_weight, Xt)
         last_pass = Workspace(Xt, w, self.n_clusters, self._chunk(Xt))
         inertia = last_pass.hard_labels(C)
         return last_pass.labels.cpu().numpy(), squared_in_data_units(inertia, self._scale)

@@ -23,8 +23,13 @@ where ``J = g (I - 11^T / k) / k``. The collapsed state loses stability when
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
+
+from .frame import squared_in_fit_units
+from .moments import largest_eigenvalue, weighted_covariance
 
 #: ``sigma0="auto"`` starts this far above the critical temperature.
 SIGMA0_MARGIN = 1.1
@@ -127,3 +132,48 @@ def geometric_schedule(
     schedule = [sigma0 * cooling**t for t in range(steps)]
     schedule.append(sigma_min)
     return schedule
+
+
+def schedule_for(
+    params: Mapping[str, Any],
+    grows: bool,
+    X: torch.Tensor,
+    w: torch.Tensor | None,
+    mean: torch.Tensor,
+    scale: float = 1.0,
+) -> tuple[list[float], torch.Tensor | None]:
+    """The temperatures of a fit with the estimator's ``params`` (empty for hard or
+    constant data), and the weighted covariance when an ``"auto"`` temperature needed it
+    (a grown fit's first twin uses it).
+
+    ``X`` is in the fit's frame: the data times ``scale``, so explicit temperatures
+    (squared distances) are taken times ``scale**2``; ``mean``: of ``X``, float64.
+    ``grows``: the centres are grown from one centre and its twin, whose entmax15 critical
+    temperature is that of 2 coincident centres, not of ``k``: starting at the latter would
+    only spend iterations on a state that cannot split.
+    """
+    assignment, k = params["assignment"], int(params["n_clusters"])
+    if assignment == "hard":
+        return [], None
+    needs_lambda = params["sigma0"] == "auto" or params["sigma_min"] == "auto"
+    cov = None
+    lambda_max = 1.0
+    if needs_lambda:
+        cov = weighted_covariance(X, w, mean=mean)
+        lambda_max = largest_eigenvalue(cov)
+        if lambda_max <= 0.0:
+            return [], None  # constant data: nothing to anneal
+    coincident = min(2, k) if grows else k
+    sigma0 = (
+        SIGMA0_MARGIN * critical_temperature(lambda_max, coincident, assignment)
+        if params["sigma0"] == "auto"
+        else squared_in_fit_units(float(params["sigma0"]), scale)
+    )
+    sigma_min = (
+        SIGMA_MIN_RATIO * critical_temperature(lambda_max, k, "softmax")
+        if params["sigma_min"] == "auto"
+        else squared_in_fit_units(float(params["sigma_min"]), scale)
+    )
+    cooling, max_iter = float(params["cooling"]), int(params["max_iter"])
+    schedule = geometric_schedule(sigma0, min(sigma_min, sigma0), cooling, max_length=max_iter)
+    return schedule, cov

@@ -17,12 +17,11 @@ from rbfkm_engine.assign import (
     _partial_width,
     entmax15_map,
     hard_map,
-    nearest,
-    packed_argmin,
     responsibilities,
     softmax_map,
     to_csr_block,
 )
+from rbfkm_engine.nearest import nearest, packed_argmin
 
 from .conftest import examples
 
