@@ -255,22 +255,14 @@ def best_time(fn: Callable[[], Any], repeats: int, device: str = "cpu") -> float
 
 
 def engine_chunk_rows(k: int, d: int, itemsize: int, device: str = "cpu") -> int | None:
-    """Rows per block that ``RBFKMeans.fit`` uses by default (None without the engine).
-
-    The memory-budget size (``chunk_size_for``), capped by the cache-sized block
-    (``cache_chunk_size``) where the engine has one, as ``RBFKMeans`` picks it.
-    """
+    """Rows per block that ``RBFKMeans.fit`` uses by default (None without the engine)."""
     try:
         import torch
 
-        from rbfkm_engine import distances as dist
+        from rbfkm_engine.distances import default_chunk_rows
     except ImportError:
         return None
-    rows = dist.chunk_size_for(k, d, itemsize)
-    cache = getattr(dist, "cache_chunk_size", None)
-    if cache is not None:
-        rows = min(rows, cache(k, torch.device(device), itemsize))
-    return int(rows)
+    return default_chunk_rows(k, d, itemsize, torch.device(device))
 
 
 def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict[str, Any]:
@@ -516,8 +508,8 @@ def _run_rbfkm(assignment: str) -> Callable[[Any, int, RunSpec], RunOutput]:
                 params["tol"] = 0.0
         model = RBFKMeans(k, **params).fit(X)
         extra = {
-            "temperatures": len(getattr(model, "history_", []) or []),
-            "sigma": float(getattr(model, "sigma_", math.nan)),
+            "temperatures": len(model.history_),
+            "sigma": float(model.sigma_),
         }
         return RunOutput(_to_numpy(model.cluster_centers_), int(model.n_iter_), extra)
 

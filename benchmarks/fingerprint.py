@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
-from rbfkm_engine import RBFKMeans  # noqa: E402
+from rbfkm_engine import RBFKMeans
 
 
 def digest(array: Any) -> str:
@@ -63,62 +63,107 @@ def cases(quick: bool) -> Iterator[tuple[str, np.ndarray, dict[str, Any], Any]]:
     blobs = common.make_blobs_dataset(20_000, 16, 24, seed=1).X
     for assignment in ("hard", "softmax", "entmax15"):
         for seed in (0, 1, 2):
-            yield f"digits {assignment} seed={seed}", digits, {
-                "n_clusters": 10,
-                "assignment": assignment,
-                "random_state": seed,
-            }, None
+            yield (
+                f"digits {assignment} seed={seed}",
+                digits,
+                {
+                    "n_clusters": 10,
+                    "assignment": assignment,
+                    "random_state": seed,
+                },
+                None,
+            )
         for seed in (0, 1):
-            yield f"hard {assignment} seed={seed}", hard, {
-                "n_clusters": 30,
+            yield (
+                f"hard {assignment} seed={seed}",
+                hard,
+                {
+                    "n_clusters": 30,
+                    "assignment": assignment,
+                    "random_state": seed,
+                },
+                None,
+            )
+        yield (
+            f"blobs {assignment}",
+            blobs,
+            {
+                "n_clusters": 24,
                 "assignment": assignment,
-                "random_state": seed,
-            }, None
-        yield f"blobs {assignment}", blobs, {
-            "n_clusters": 24,
-            "assignment": assignment,
-            "random_state": 0,
-        }, None
+                "random_state": 0,
+            },
+            None,
+        )
     rng = np.random.default_rng(0)
     weights = rng.uniform(0.0, 3.0, size=hard.shape[0])
     yield "hard entmax15 weighted", hard, {"n_clusters": 30, "random_state": 0}, weights
-    yield "hard softmax n_init=2", hard, {
-        "n_clusters": 30,
-        "assignment": "softmax",
-        "n_init": 2,
-        "init": "random",
-        "random_state": 0,
-    }, None
+    yield (
+        "hard softmax n_init=2",
+        hard,
+        {
+            "n_clusters": 30,
+            "assignment": "softmax",
+            "n_init": 2,
+            "init": "random",
+            "random_state": 0,
+        },
+        None,
+    )
     init = hard[rng.choice(hard.shape[0], 30, replace=False)]
-    yield "hard entmax15 init array", hard, {"n_clusters": 30, "init": init, "random_state": 0}, None
-    yield "digits entmax15 float64", digits.astype(np.float64), {
-        "n_clusters": 10,
-        "dtype": "float64",
-        "random_state": 0,
-    }, None
+    yield (
+        "hard entmax15 init array",
+        hard,
+        {"n_clusters": 30, "init": init, "random_state": 0},
+        None,
+    )
+    yield (
+        "digits entmax15 float64",
+        digits.astype(np.float64),
+        {
+            "n_clusters": 10,
+            "dtype": "float64",
+            "random_state": 0,
+        },
+        None,
+    )
     yield "digits entmax15 offset 1e3", digits + 1e3, {"n_clusters": 10, "random_state": 0}, None
     yield "digits entmax15 scaled 1e20", digits * 1e20, {"n_clusters": 10, "random_state": 0}, None
-    yield "digits entmax15 fixed sigmas", digits, {
-        "n_clusters": 10,
-        "sigma0": 5e4,
-        "sigma_min": 10.0,
-        "cooling": 0.5,
-        "random_state": 0,
-    }, None
-    yield "digits hard max_iter=3", digits, {
-        "n_clusters": 10,
-        "assignment": "hard",
-        "max_iter": 3,
-        "random_state": 0,
-    }, None
+    yield (
+        "digits entmax15 fixed sigmas",
+        digits,
+        {
+            "n_clusters": 10,
+            "sigma0": 5e4,
+            "sigma_min": 10.0,
+            "cooling": 0.5,
+            "random_state": 0,
+        },
+        None,
+    )
+    yield (
+        "digits hard max_iter=3",
+        digits,
+        {
+            "n_clusters": 10,
+            "assignment": "hard",
+            "max_iter": 3,
+            "random_state": 0,
+        },
+        None,
+    )
     if not quick:
         big = common.make_blobs_dataset(100_000, 32, 64, seed=1).X
         for assignment in ("hard", "entmax15"):
-            yield f"blobs100k {assignment}", big, {
-                "n_clusters": 64,
-                "assignment": assignment,
-                "random_state": 0,
-            }, None
+            yield (
+                f"blobs100k {assignment}",
+                big,
+                {
+                    "n_clusters": 64,
+                    "assignment": assignment,
+                    "random_state": 0,
+                },
+                None,
+            )
 
 
 def main() -> None:

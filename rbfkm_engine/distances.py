@@ -65,6 +65,15 @@ def cache_chunk_size(n_clusters: int, device: torch.device, itemsize: int = 4) -
     return int(max(256, min(MAX_CHUNK_ROWS, CPU_BLOCK_BYTES // (itemsize * max(n_clusters, 1)))))
 
 
+def default_chunk_rows(
+    n_clusters: int, n_features: int, itemsize: int, device: torch.device
+) -> int:
+    """Rows per block of a fit that sets no ``chunk_size``: cache-sized, within the
+    memory budget."""
+    budget = chunk_size_for(n_clusters, n_features, itemsize)
+    return min(budget, cache_chunk_size(n_clusters, device, itemsize))
+
+
 def squared_distances(
     X: torch.Tensor,
     C: torch.Tensor,

@@ -18,13 +18,7 @@ from .anneal import Schedule
 from .assign import responsibilities, to_csr_block
 from .context import FitContext
 from .device import resolve_device
-from .distances import (
-    cache_chunk_size,
-    chunk_size_for,
-    iter_chunks,
-    squared_distances,
-    squared_norms,
-)
+from .distances import default_chunk_rows, iter_chunks, squared_distances, squared_norms
 from .frame import (
     Framed,
     centred,
@@ -202,8 +196,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Rows per block: the ``chunk_size`` parameter, else cache- and budget-sized."""
         if self.chunk_size is not None:
             return int(self.chunk_size)
-        budget = chunk_size_for(self.n_clusters, X.shape[1], X.element_size())
-        return min(budget, cache_chunk_size(self.n_clusters, X.device, X.element_size()))
+        return default_chunk_rows(self.n_clusters, X.shape[1], X.element_size(), X.device)
 
     # ------------------------------------------------------------------ fitting
     def _initial_centres(
