@@ -145,6 +145,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         random_state: int | np.random.RandomState | None = None,
         verbose: bool = False,
     ) -> None:
+        # Fourteen parameters, past the engine's guide of eight: scikit-learn's estimator
+        # API wants every hyper-parameter as a keyword of __init__, stored as given
+        # (get_params, set_params, clone and the estimator checks rely on it).
         self.n_clusters = n_clusters
         self.assignment = assignment
         self.sigma0 = sigma0

@@ -53,8 +53,8 @@ both means: taking a point of weight ``w`` out of cluster ``l`` (weight ``M_l``)
 its sum of squares by ``M_l / (M_l - w) w D_l`` and adding it to ``j`` raises that of
 ``j`` by ``M_j / (M_j + w) w D_j`` (Hartigan and Wong, 1979), so a point on a boundary
 may gain by moving although it is nearer its own centre. Every Hartigan optimum is a
-Lloyd fixed point, not the reverse: on digits, fixed points 1e-4 above the best one have
-a few dozen such points. :func:`hartigan_targets` moves all of them at once; the solver
+Lloyd fixed point, not the reverse: a Lloyd fixed point slightly above the best one can
+have a few dozen such points. :func:`hartigan_targets` moves all of them at once; the solver
 repeats that with fresh means until none is left, then settles with Lloyd.
 """
 
