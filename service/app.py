@@ -11,19 +11,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from service import __version__
 from service.datasets import DatasetStore
 from service.idempotency import IdempotencyStore
 from service.metrics import HttpMetrics, MetricsMiddleware, QueueCollector
-from service.problems import install_problem_handlers, problem_response
+from service.problems import install_problem_handlers
 from service.queue import JobQueue
-from service.results import ResultNotFound, ResultStore
+from service.results import ResultStore
 from service.routes import datasets, health, jobs
 from service.settings import Settings, get_settings
+from service.uploads import Spooler
 
 DESCRIPTION = """
 Annealed RBF-K-Means as a service. Upload a dataset, start a job (`202` + `Location`), poll
@@ -38,28 +38,6 @@ def redis_client(url: str) -> redis.Redis:
     """A thread-safe pooled client; short timeouts so probes answer quickly when Redis is down."""
     return redis.Redis.from_url(
         url, socket_connect_timeout=2, socket_timeout=10, health_check_interval=30
-    )
-
-
-async def _on_result_not_found(request: Request, exc: Exception) -> JSONResponse:
-    """A job that succeeded but whose files are gone (deleted or past retention)."""
-    return problem_response(
-        404,
-        f"{exc}; the result files were deleted or have expired",
-        kind="result-not-found",
-        errors=[("path.job_id", "no stored result")],
-        instance=request.url.path,
-    )
-
-
-async def _on_redis_down(request: Request, exc: Exception) -> JSONResponse:
-    """Redis unreachable: a 503 the client may retry, not a 500."""
-    return problem_response(
-        503,
-        f"the job store (Redis) is unavailable: {exc}",
-        kind="redis-unavailable",
-        instance=request.url.path,
-        headers={"Retry-After": "5"},
     )
 
 
@@ -89,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.redis = client
     app.state.datasets = DatasetStore.from_settings(client, settings)
+    app.state.uploads = Spooler.under(settings.data_dir, settings.max_upload_bytes)
     app.state.results = ResultStore(settings.data_dir)
     app.state.idempotency = IdempotencyStore(
         client, prefix=settings.key_prefix, ttl_s=settings.result_ttl_s
@@ -107,9 +86,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = registry
     app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry))
     install_problem_handlers(app)
-    app.add_exception_handler(ResultNotFound, _on_result_not_found)
-    app.add_exception_handler(redis.ConnectionError, _on_redis_down)
-    app.add_exception_handler(redis.TimeoutError, _on_redis_down)
     app.include_router(datasets.router)
     app.include_router(jobs.router)
     app.include_router(health.router)

@@ -17,6 +17,7 @@ from service.datasets import DatasetStore
 from service.idempotency import IdempotencyStore
 from service.problems import ProblemError
 from service.settings import Settings
+from service.uploads import Spooler
 
 if TYPE_CHECKING:
     from service.queue import JobQueue
@@ -35,6 +36,11 @@ def get_settings(request: Request) -> Settings:
 def get_datasets(request: Request) -> DatasetStore:
     """The dataset store."""
     return request.app.state.datasets
+
+
+def get_uploads(request: Request) -> Spooler:
+    """Where request bodies are spooled, under the upload limit."""
+    return request.app.state.uploads
 
 
 def get_queue(request: Request) -> JobQueue:
@@ -75,6 +81,7 @@ def require_api_key(
 
 Principal = Annotated[str, Depends(require_api_key)]
 Datasets = Annotated[DatasetStore, Depends(get_datasets)]
+Uploads = Annotated[Spooler, Depends(get_uploads)]
 Queue = Annotated[Any, Depends(get_queue)]
 Results = Annotated[Any, Depends(get_results)]
 Idempotency = Annotated[IdempotencyStore, Depends(get_idempotency)]

@@ -3,7 +3,8 @@
 The first request with a key claims it with `SET NX` and a *pending* marker that carries the
 fingerprint of its body; when it has been accepted the marker is replaced by the stored
 response. A retry with the same body replays that response (same job), one with another body
-is a 422, and one that arrives while the first is still being accepted is a 409.
+is refused, and so is one that arrives while the first is still being accepted (domain
+errors of :mod:`service.errors`; :mod:`service.problems` makes them a 422 and a 409).
 """
 
 from __future__ import annotations
@@ -15,10 +16,16 @@ from typing import Any
 
 import redis
 
-from service.problems import ProblemError
+from service.errors import (
+    IdempotencyKeyContended,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyReused,
+    InvalidIdempotencyKey,
+)
 
 HEADER = "Idempotency-Key"
 _MAX_KEY_LENGTH = 255
+_FIELD = "header.idempotency-key"
 
 
 @dataclass
@@ -54,11 +61,10 @@ class IdempotencyStore:
     def begin(self, scope: str, key: str, body_hash: str) -> StoredResponse | None:
         """Claim `key` (None: go ahead and call `complete`) or return the response to replay."""
         if not key or len(key) > _MAX_KEY_LENGTH:
-            raise ProblemError(
-                400,
+            raise InvalidIdempotencyKey(
                 f"{HEADER} must be 1 to {_MAX_KEY_LENGTH} characters",
-                kind="invalid-idempotency-key",
-                errors=[("header.idempotency-key", "invalid length")],
+                field=_FIELD,
+                message="invalid length",
             )
         name = self._key(scope, key)
         pending = json.dumps({"state": "pending", "fingerprint": body_hash})
@@ -70,25 +76,20 @@ class IdempotencyStore:
                 continue
             record = json.loads(raw)
             if record["fingerprint"] != body_hash:
-                raise ProblemError(
-                    422,
+                raise IdempotencyKeyReused(
                     f"{HEADER} {key!r} was already used with a different body; "
                     "use a new key for a different request",
-                    kind="idempotency-key-reused",
-                    errors=[("header.idempotency-key", "already used with another body")],
+                    field=_FIELD,
+                    message="already used with another body",
                 )
             if record["state"] == "pending":
-                raise ProblemError(
-                    409,
+                raise IdempotencyKeyInProgress(
                     f"a request with {HEADER} {key!r} is still being accepted; retry shortly",
-                    kind="idempotency-key-in-progress",
-                    errors=[("header.idempotency-key", "in progress")],
-                    headers={"Retry-After": "1"},
+                    field=_FIELD,
+                    message="in progress",
                 )
             return StoredResponse(record["status"], record["body"], record["headers"])
-        raise ProblemError(
-            409, f"{HEADER} {key!r} is contended; retry", headers={"Retry-After": "1"}
-        )
+        raise IdempotencyKeyContended(f"{HEADER} {key!r} is contended; retry")
 
     def complete(self, scope: str, key: str, body_hash: str, response: StoredResponse) -> None:
         """Store the response for replays (for the retention period)."""

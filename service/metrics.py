@@ -17,9 +17,13 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.jobs import STATUSES, JobStatus
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 JOB_DURATION_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
 _RECENT_JOBS = 500  # finished jobs sampled for the duration histogram at each scrape
+#: Statuses whose jobs ran to an end, timed by the duration histogram.
+_TIMED = (JobStatus.SUCCEEDED, JobStatus.FAILED)
 
 
 class HttpMetrics:
@@ -100,7 +104,7 @@ class QueueCollector(Collector):
             counts = queue.status_counts()
             alive = queue.workers_alive()
             finished = []
-            for status in ("succeeded", "failed"):
+            for status in _TIMED:
                 jobs, _ = queue.list(status=status, limit=_RECENT_JOBS)
                 finished.extend(jobs)
         except Exception:  # a scrape must not fail because Redis or the queue is down
@@ -108,8 +112,8 @@ class QueueCollector(Collector):
         yield GaugeMetricFamily("rbfkm_queue_depth", "Jobs waiting to be claimed.", value=depth)
         yield GaugeMetricFamily("rbfkm_workers_alive", "Workers with a live heartbeat.", alive)
         jobs = GaugeMetricFamily("rbfkm_jobs", "Jobs by status.", labels=["status"])
-        for status in ("queued", "running", "succeeded", "failed", "canceled"):
-            jobs.add_metric([status], float(counts.get(status, 0)))
+        for status in STATUSES:
+            jobs.add_metric([status.value], float(counts.get(status, 0)))
         yield jobs
         yield self._durations(finished)
 
@@ -120,7 +124,7 @@ class QueueCollector(Collector):
             f"Run time of the most recent finished jobs (up to {_RECENT_JOBS} per status).",
             labels=["status"],
         )
-        for status in ("succeeded", "failed"):
+        for status in _TIMED:
             values = [
                 s
                 for job in finished
@@ -134,7 +138,7 @@ class QueueCollector(Collector):
                 )
                 for bound in JOB_DURATION_BUCKETS
             ]
-            family.add_metric([status], buckets, sum_value=float(sum(values)))
+            family.add_metric([status.value], buckets, sum_value=float(sum(values)))
         return family
 
 

@@ -1,7 +1,9 @@
-"""RFC 9457 problem details: one exception type and the handlers that render every error.
+"""RFC 9457 problem details: the one place that maps errors to HTTP.
 
-Routes raise `ProblemError`; FastAPI's own errors (validation, unknown routes, wrong method)
-and anything unexpected are rendered in the same shape, so clients parse one format.
+Routes raise `ProblemError`; the stores raise domain errors (:mod:`service.errors`), which
+`_DOMAIN` gives a status and a problem type here; Redis being unreachable is a `503`;
+FastAPI's own errors (validation, unknown routes, wrong method) and anything unexpected are
+rendered in the same shape, so clients parse one format.
 """
 
 from __future__ import annotations
@@ -9,17 +11,65 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import Any, NamedTuple
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.errors import (
+    BodyTooLarge,
+    DatasetNotFound,
+    IdempotencyKeyContended,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyReused,
+    InvalidDataset,
+    InvalidIdempotencyKey,
+    ResultNotFound,
+    ServiceError,
+    UnsupportedMediaType,
+)
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 _TYPE_PREFIX = "urn:rbfkm:problem:"
+
+#: Seconds a client should wait before asking again, on every `Retry-After` the API sends:
+#: polls of an unfinished job, a `409` for a result not there yet or an idempotency key
+#: still being accepted, a `503` while Redis is down. One second: a poll costs the server a
+#: single Redis read, so prompt clients are cheap, and most jobs and outages are short
+#: enough that a longer wait would only add latency.
+RETRY_AFTER_S = 1
+RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_S)}
+
+
+class _Problem(NamedTuple):
+    """How a domain error is rendered: status, problem type, `Retry-After` or not, and a
+    hint appended to its detail."""
+
+    status: int
+    kind: str | None
+    retry: bool = False
+    hint: str = ""
+
+
+#: Every domain error's HTTP form (looked up along the exception's class hierarchy).
+_DOMAIN: dict[type[ServiceError], _Problem] = {
+    InvalidDataset: _Problem(422, "invalid-dataset"),
+    UnsupportedMediaType: _Problem(415, "unsupported-media-type"),
+    BodyTooLarge: _Problem(413, "payload-too-large"),
+    DatasetNotFound: _Problem(404, "dataset-not-found"),
+    ResultNotFound: _Problem(
+        404, "result-not-found", hint="; the result files were deleted or have expired"
+    ),
+    InvalidIdempotencyKey: _Problem(400, "invalid-idempotency-key"),
+    IdempotencyKeyReused: _Problem(422, "idempotency-key-reused"),
+    IdempotencyKeyInProgress: _Problem(409, "idempotency-key-in-progress", retry=True),
+    IdempotencyKeyContended: _Problem(409, None, retry=True),
+}
 
 
 class ProblemError(Exception):
@@ -120,6 +170,36 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def problem_of(exc: ServiceError) -> ProblemError:
+    """The problem a domain error is rendered as (a 500 for one missing from `_DOMAIN`)."""
+    rule = next((_DOMAIN[cls] for cls in type(exc).__mro__ if cls in _DOMAIN), None)
+    if rule is None:
+        return ProblemError(500, "internal error; the server log has the details")
+    return ProblemError(
+        rule.status,
+        exc.detail + rule.hint,
+        kind=rule.kind,
+        errors=[] if exc.field is None else [(exc.field, exc.message)],
+        headers=dict(RETRY_AFTER) if rule.retry else None,
+    )
+
+
+async def _on_domain(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return await _on_problem(request, problem_of(exc))
+
+
+async def _on_redis_down(request: Request, exc: Exception) -> JSONResponse:
+    """Redis unreachable: a 503 the client may retry, not a 500."""
+    return problem_response(
+        503,
+        f"the job store (Redis) is unavailable: {exc}",
+        kind="redis-unavailable",
+        instance=request.url.path,
+        headers=dict(RETRY_AFTER),
+    )
+
+
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = _validation_errors(exc)
@@ -179,6 +259,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     """Render every error of `app` as problem+json (and document it so)."""
     _document_problems(app)
     app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(ServiceError, _on_domain)
+    app.add_exception_handler(redis.ConnectionError, _on_redis_down)
+    app.add_exception_handler(redis.TimeoutError, _on_redis_down)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -1,18 +1,6 @@
 """Reliable job queue on Redis Streams: submit, claim, lease, fence, retry, dead-letter.
 
-Layout (every key starts with the prefix, ``rbfkm`` by default):
-
-- ``{p}:job:{id}`` — a hash per job: status, params (JSON), progress (JSON), error, ISO 8601
-  UTC timestamps, ``attempts``, ``cancel`` flag, result metadata (JSON) and ``entry``, the id
-  of the one stream entry that currently stands for the job. It is the source of truth.
-- ``{p}:jobs`` — the stream, consumer group ``workers``. An entry carries only the job id;
-  datasets and results never travel through the queue.
-- ``{p}:jobs:dead`` — the dead-letter stream (job id, error, attempts).
-- ``{p}:jobs:index`` and ``{p}:jobs:status:{status}`` — sorted sets of job ids scored by
-  creation time, for newest-first paging, status filters and counts without scans;
-  ``{p}:jobs:expiry`` — when finished jobs' hashes expire, so the indexes are pruned.
-- ``{p}:worker:{consumer}`` — a worker's heartbeat key (with a TTL), ``{p}:workers`` the set
-  of names seen, for readiness.
+The keys and the scripts that change them are in :mod:`service.lua`.
 
 Why no job is lost: a job is created and its entry added in one script, so a job hash always
 has an entry in the stream. An entry stays in the consumer group's pending list (PEL) from
@@ -54,12 +42,12 @@ A worker that shuts down gracefully hands its job back (:meth:`JobQueue.release`
 again at once with a fresh entry; a hand-back does not use up an attempt.
 
 A job claimed for the ``max_attempts + 1``-th time (its workers kept dying) goes to the
-dead-letter stream with status failed; so does a job whose last allowed attempt failed with
-a retryable error, and at once one that failed on bad input. Finished jobs' hashes expire
-after ``ttl_s``. Every transition is one Lua script, so it is atomic. The scripts build the
-index key names from the prefix, so this needs one Redis (or a primary), not a cluster.
-The guarantees hold as long as Redis keeps its writes: run it with AOF persistence (as the
-docker-compose file does); a crash of Redis itself can lose the last second of writes.
+dead-letter stream with status failed (``GET /v1/jobs/dead-letters`` lists it); so does a
+job whose last allowed attempt failed with a retryable error, and at once one that failed
+on bad input. Finished jobs' hashes expire after ``ttl_s``. Every transition is one Lua
+script, so it is atomic. The guarantees hold as long as Redis keeps its writes: run it
+with AOF persistence (as the docker-compose file does); a crash of Redis itself can lose
+the last second of writes.
 """
 
 from __future__ import annotations
@@ -73,265 +61,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import redis
+
+from service.common import now_stamps, stream_entries, text
+from service.jobs import EMPTY_PROGRESS, STATUSES, JobStatus, job_record, progress_record
+from service.lua import DROP_CONSUMER, JOB_SCRIPTS, PRUNE
 
 if TYPE_CHECKING:
     from service.settings import Settings
 
 log = logging.getLogger(__name__)
-
-STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
-FINISHED = frozenset({"succeeded", "failed", "canceled"})
-_EMPTY_PROGRESS = {"fraction": None, "sigma": None, "iteration": None, "objective": None}
-
-# Shared Lua helpers. ARGV[1] prefix, ARGV[2] group, ARGV[3] job id; KEYS[1] the job hash.
-_LUA_PRELUDE = """
-local prefix = ARGV[1]
-local group = ARGV[2]
-local id = ARGV[3]
-local key = KEYS[1]
-local stream = prefix .. ':jobs'
-local dead = prefix .. ':jobs:dead'
-
-local function status_key(s) return prefix .. ':jobs:status:' .. s end
-
-local function move(new)
-  local old = redis.call('HGET', key, 'status')
-  local score = redis.call('HGET', key, 'created_ts')
-  if old then redis.call('ZREM', status_key(old), id) end
-  redis.call('ZADD', status_key(new), score, id)
-  redis.call('HSET', key, 'status', new)
-end
-
-local function finish(new, now_iso, now_ts, ttl)
-  move(new)
-  redis.call('HSET', key, 'finished_at', now_iso)
-  redis.call('HDEL', key, 'consumer')
-  redis.call('EXPIRE', key, ttl)
-  redis.call('ZADD', prefix .. ':jobs:expiry', tonumber(now_ts) + tonumber(ttl), id)
-end
-
-local function ack(entry)
-  redis.call('XACK', stream, group, entry)
-  redis.call('XDEL', stream, entry)
-end
-
-local function dead_letter(err, now_iso)
-  redis.call('XADD', dead, 'MAXLEN', '~', 100000, '*', 'job', id, 'error', err,
-    'attempts', redis.call('HGET', key, 'attempts'), 'at', now_iso)
-end
-
-local function requeue(entry)
-  move('queued')
-  ack(entry)
-  redis.call('HSET', key, 'entry', redis.call('XADD', stream, '*', 'job', id))
-  redis.call('HDEL', key, 'consumer')
-end
-
-local function owns(entry, consumer)
-  local p = redis.call('XPENDING', stream, group, entry, entry, 1, consumer)
-  return #p > 0
-end
-
-local function fenced(attempt)
-  local v = redis.call('HMGET', key, 'status', 'attempts')
-  return v[1] == 'running' and v[2] == attempt
-end
-"""
-
-# ARGV[4..] dataset_id, params, now_iso, now_ts, progress
-_SUBMIT = """
-if redis.call('EXISTS', key) == 1 then return 0 end
-local entry = redis.call('XADD', stream, '*', 'job', id)
-redis.call('HSET', key, 'id', id, 'dataset_id', ARGV[4], 'params', ARGV[5], 'status', 'queued',
-  'progress', ARGV[8], 'created_at', ARGV[6], 'created_ts', ARGV[7], 'attempts', 0,
-  'cancel', '0', 'entry', entry)
-redis.call('ZADD', prefix .. ':jobs:index', ARGV[7], id)
-redis.call('ZADD', status_key('queued'), ARGV[7], id)
-return 1
-"""
-
-# Checks shared by claim and reap, for an entry this consumer holds. Returns a reply when
-# there is nothing to run (acknowledging the entry where it is done with), nil otherwise.
-# ARGV[4..] entry, consumer, max_attempts, now_iso, now_ts, ttl
-_TRIAGE = """
-local entry = ARGV[4]
-local function triage()
-  if not owns(entry, ARGV[5]) then return {'lost'} end
-  if redis.call('EXISTS', key) == 0 then ack(entry) return {'skip', 'missing'} end
-  local h = redis.call('HMGET', key, 'status', 'entry', 'cancel', 'attempts', 'handbacks')
-  if h[2] ~= entry then ack(entry) return {'skip', 'superseded'} end
-  if h[1] ~= 'queued' and h[1] ~= 'running' then ack(entry) return {'skip', h[1]} end
-  if h[3] == '1' then
-    finish('canceled', ARGV[7], ARGV[8], ARGV[9])
-    ack(entry)
-    return {'skip', 'canceled'}
-  end
-  local used = tonumber(h[4]) - tonumber(h[5] or '0')
-  if used >= tonumber(ARGV[6]) then
-    local err = 'gave up after ' .. used .. ' attempts: the worker running the job ' ..
-      'died or lost its lease each time'
-    redis.call('HSET', key, 'error', err)
-    finish('failed', ARGV[7], ARGV[8], ARGV[9])
-    dead_letter(err, ARGV[7])
-    ack(entry)
-    return {'dead', used}
-  end
-  return nil
-end
-"""
-
-# ARGV[4..] as _TRIAGE, then progress
-_CLAIM = (
-    _TRIAGE
-    + """
-local skip = triage()
-if skip then return skip end
-local n = redis.call('HINCRBY', key, 'attempts', 1)
-move('running')
-redis.call('HSET', key, 'started_at', ARGV[7], 'consumer', ARGV[5], 'progress', ARGV[10])
-local h = redis.call('HMGET', key, 'dataset_id', 'params')
-return {'run', n, h[1], h[2]}
-"""
-)
-
-# ARGV[4..] as _TRIAGE: a lapsed entry goes back to the queue (or to the dead letters).
-_REAP = (
-    _TRIAGE
-    + """
-local skip = triage()
-if skip then return skip end
-requeue(entry)
-return {'requeued'}
-"""
-)
-
-# ARGV[4..] entry, consumer, attempt
-_RENEW = """
-if not fenced(ARGV[6]) then return 0 end
-if not owns(ARGV[4], ARGV[5]) then return 0 end
-redis.call('XCLAIM', stream, group, ARGV[5], 0, ARGV[4], 'JUSTID')
-if redis.call('HGET', key, 'cancel') == '1' then return 0 end
-return 1
-"""
-
-# ARGV[4..] attempt, progress
-_PROGRESS = """
-if not fenced(ARGV[4]) then return 0 end
-if redis.call('HGET', key, 'cancel') == '1' then return 0 end
-redis.call('HSET', key, 'progress', ARGV[5])
-return 1
-"""
-
-# ARGV[4..] entry, attempt, result, now_iso, now_ts, ttl
-_SUCCEED = """
-if not fenced(ARGV[5]) then return 0 end
-if redis.call('HGET', key, 'cancel') == '1' then return 0 end
-local progress = cjson.decode(redis.call('HGET', key, 'progress') or '{}')
-progress['fraction'] = 1.0
-redis.call('HSET', key, 'result', ARGV[6], 'progress', cjson.encode(progress))
-redis.call('HDEL', key, 'error')
-finish('succeeded', ARGV[7], ARGV[8], ARGV[9])
-ack(ARGV[4])
-return 1
-"""
-
-# ARGV[4..] entry, attempt, error, retryable, max_attempts, now_iso, now_ts, ttl
-_FAIL = """
-if redis.call('EXISTS', key) == 0 then ack(ARGV[4]) return 'deleted' end
-if not fenced(ARGV[5]) then return redis.call('HGET', key, 'status') end
-if redis.call('HGET', key, 'cancel') == '1' then
-  finish('canceled', ARGV[9], ARGV[10], ARGV[11])
-  ack(ARGV[4])
-  return 'canceled'
-end
-redis.call('HSET', key, 'error', ARGV[6])
-local n = tonumber(redis.call('HGET', key, 'attempts'))
-n = n - tonumber(redis.call('HGET', key, 'handbacks') or '0')
-if ARGV[7] == '1' and n < tonumber(ARGV[8]) then
-  requeue(ARGV[4])
-  return 'queued'
-end
-finish('failed', ARGV[9], ARGV[10], ARGV[11])
-dead_letter(ARGV[6], ARGV[9])
-ack(ARGV[4])
-return 'failed'
-"""
-
-# ARGV[4..] entry, attempt, now_iso, now_ts, ttl
-_MARK_CANCELED = """
-if redis.call('EXISTS', key) == 0 then ack(ARGV[4]) return 0 end
-if not fenced(ARGV[5]) then return 0 end
-finish('canceled', ARGV[6], ARGV[7], ARGV[8])
-ack(ARGV[4])
-return 1
-"""
-
-# ARGV[4..] entry, attempt, now_iso, now_ts, ttl
-_RELEASE = """
-if redis.call('EXISTS', key) == 0 then ack(ARGV[4]) return 'deleted' end
-if not fenced(ARGV[5]) then return redis.call('HGET', key, 'status') end
-if redis.call('HGET', key, 'cancel') == '1' then
-  finish('canceled', ARGV[6], ARGV[7], ARGV[8])
-  ack(ARGV[4])
-  return 'canceled'
-end
-redis.call('HINCRBY', key, 'handbacks', 1)
-requeue(ARGV[4])
-return 'queued'
-"""
-
-# ARGV[4..] now_iso, now_ts, ttl
-_CANCEL = """
-local st = redis.call('HGET', key, 'status')
-if not st then return false end
-if st == 'queued' then
-  finish('canceled', ARGV[4], ARGV[5], ARGV[6])
-elseif st == 'running' then
-  redis.call('HSET', key, 'cancel', '1')
-end
-return st
-"""
-
-_DELETE = """
-if redis.call('EXISTS', key) == 0 then return 0 end
-redis.call('DEL', key)
-redis.call('ZREM', prefix .. ':jobs:index', id)
-redis.call('ZREM', prefix .. ':jobs:expiry', id)
-for _, s in ipairs({'queued', 'running', 'succeeded', 'failed', 'canceled'}) do
-  redis.call('ZREM', status_key(s), id)
-end
-return 1
-"""
-
-# ARGV[1] prefix, ARGV[2] now_ts, ARGV[3] limit: drop expired jobs from the indexes.
-_PRUNE = """
-local prefix = ARGV[1]
-local expiry = prefix .. ':jobs:expiry'
-local ids = redis.call('ZRANGEBYSCORE', expiry, '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
-local n = 0
-for _, id in ipairs(ids) do
-  if redis.call('EXISTS', prefix .. ':job:' .. id) == 0 then
-    redis.call('ZREM', prefix .. ':jobs:index', id)
-    for _, s in ipairs({'queued', 'running', 'succeeded', 'failed', 'canceled'}) do
-      redis.call('ZREM', prefix .. ':jobs:status:' .. s, id)
-    end
-    n = n + 1
-  end
-  redis.call('ZREM', expiry, id)
-end
-return n
-"""
-
-# ARGV[1] stream, ARGV[2] group, ARGV[3] consumer: forget a consumer that holds nothing.
-_DROP_CONSUMER = """
-local p = redis.call('XPENDING', ARGV[1], ARGV[2], '-', '+', 1, ARGV[3])
-if #p > 0 then return 0 end
-return redis.call('XGROUP', 'DELCONSUMER', ARGV[1], ARGV[2], ARGV[3])
-"""
 
 
 @dataclass(frozen=True)
@@ -344,27 +85,6 @@ class Claim:
     consumer: str
     dataset_id: str
     params: dict[str, Any]
-
-
-def _text(value: Any) -> Any:
-    """Redis replies as str whether or not the client decodes responses."""
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _now() -> tuple[str, str]:
-    """The current time as ISO 8601 UTC and as epoch seconds (a sorted-set score)."""
-    moment = datetime.now(timezone.utc)
-    return moment.isoformat(timespec="milliseconds"), f"{moment.timestamp():.6f}"
-
-
-def _json_number(value: Any) -> float | int | None:
-    """A JSON-safe number: NaN and infinities (not JSON) become None."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 class JobQueue:
@@ -396,24 +116,9 @@ class JobQueue:
         self.dead_stream = f"{prefix}:jobs:dead"
         self._index = f"{prefix}:jobs:index"
         self._workers = f"{prefix}:workers"
-        self._scripts = {
-            name: client.register_script(_LUA_PRELUDE + body)
-            for name, body in {
-                "submit": _SUBMIT,
-                "claim": _CLAIM,
-                "reap": _REAP,
-                "renew": _RENEW,
-                "progress": _PROGRESS,
-                "succeed": _SUCCEED,
-                "fail": _FAIL,
-                "mark_canceled": _MARK_CANCELED,
-                "release": _RELEASE,
-                "cancel": _CANCEL,
-                "delete": _DELETE,
-            }.items()
-        }
-        self._prune = client.register_script(_PRUNE)
-        self._drop_consumer = client.register_script(_DROP_CONSUMER)
+        self._scripts = {name: client.register_script(body) for name, body in JOB_SCRIPTS.items()}
+        self._prune = client.register_script(PRUNE)
+        self._drop_consumer = client.register_script(DROP_CONSUMER)
         self.ensure_group()
 
     @classmethod
@@ -433,7 +138,7 @@ class JobQueue:
         """The Redis key of a job's hash."""
         return f"{self.prefix}:job:{job_id}"
 
-    def _status_key(self, status: str) -> str:
+    def _status_key(self, status: JobStatus) -> str:
         return f"{self.prefix}:jobs:status:{status}"
 
     def _call(self, script: str, job_id: str, *args: Any) -> Any:
@@ -449,28 +154,6 @@ class JobQueue:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    @staticmethod
-    def _job_from_hash(raw: dict[Any, Any]) -> dict[str, Any] | None:
-        if not raw:
-            return None
-        h = {_text(k): _text(v) for k, v in raw.items()}
-        if "id" not in h:  # a hash half-created by hand or expired between calls
-            return None
-        progress = dict(_EMPTY_PROGRESS)
-        progress.update(json.loads(h.get("progress") or "{}"))
-        return {
-            "id": h["id"],
-            "dataset_id": h.get("dataset_id"),
-            "params": json.loads(h.get("params") or "{}"),
-            "status": h.get("status"),
-            "progress": {k: progress.get(k) for k in _EMPTY_PROGRESS},
-            "error": h.get("error"),
-            "created_at": h.get("created_at"),
-            "started_at": h.get("started_at"),
-            "finished_at": h.get("finished_at"),
-            "attempts": int(h.get("attempts") or 0),
-        }
-
     # ---- API side ------------------------------------------------------------------------
 
     def submit(
@@ -478,7 +161,7 @@ class JobQueue:
     ) -> dict[str, Any]:
         """Create a queued job and enqueue its id; an existing ``job_id`` is returned as is."""
         job_id = job_id or uuid.uuid4().hex
-        now_iso, now_ts = _now()
+        now_iso, now_ts = now_stamps()
         self._call(
             "submit",
             job_id,
@@ -486,7 +169,7 @@ class JobQueue:
             json.dumps(params, separators=(",", ":")),
             now_iso,
             now_ts,
-            json.dumps(_EMPTY_PROGRESS),
+            json.dumps(EMPTY_PROGRESS),
         )
         job = self.get(job_id)
         assert job is not None
@@ -494,7 +177,7 @@ class JobQueue:
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The job as ``GET /v1/jobs/{id}`` serves it, or None."""
-        return self._job_from_hash(self.client.hgetall(self.job_key(job_id)))
+        return job_record(self.client.hgetall(self.job_key(job_id)))
 
     def _prune_expired(self) -> None:
         self._prune(args=[self.prefix, f"{time.time():.6f}", 1000])
@@ -515,13 +198,13 @@ class JobQueue:
         ids = self.client.zrevrange(index, offset, offset + limit - 1)
         pipe = self.client.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hgetall(self.job_key(_text(job_id)))
-        jobs = [job for job in map(self._job_from_hash, pipe.execute()) if job is not None]
+            pipe.hgetall(self.job_key(text(job_id)))
+        jobs = [job for job in map(job_record, pipe.execute()) if job is not None]
         return jobs, total
 
     def cancel(self, job_id: str) -> dict[str, Any] | None:
         """Cancel: a queued job at once, a running one at its next iteration; None if unknown."""
-        now_iso, now_ts = _now()
+        now_iso, now_ts = now_stamps()
         if self._call("cancel", job_id, now_iso, now_ts, self.ttl_s) is None:
             return None
         return self.get(job_id)
@@ -540,17 +223,35 @@ class JobQueue:
 
     def depth(self) -> int:
         """Jobs waiting for a worker."""
-        return int(self.client.zcard(self._status_key("queued")))
+        return int(self.client.zcard(self._status_key(JobStatus.QUEUED)))
 
-    def result_meta(self, job_id: str) -> dict[str, Any] | None:
-        """The result metadata a worker stored with its success, or None."""
-        raw = self.client.hget(self.job_key(job_id), "result")
-        return None if raw is None else json.loads(_text(raw))
+    def dead_letters(
+        self, *, offset: int = 0, limit: int = 50
+    ) -> tuple[builtins.list[dict[str, Any]], int]:
+        """A page of the dead-letter stream, newest first, and its length.
 
-    def dead_letters(self, count: int = 100) -> builtins.list[dict[str, Any]]:
-        """The newest dead-lettered jobs (job, error, attempts, at), newest first."""
-        entries = self.client.xrevrange(self.dead_stream, count=count)
-        return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in entries]
+        Each item: ``job_id``, ``error``, ``attempts`` (the job's claims when it was given up)
+        and ``failed_at``. The stream outlives the jobs' hashes (it is capped at about
+        100 000 entries, not expired), so it is where an operator finds what failed and why.
+        """
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must be >= 0")
+        total = int(self.client.xlen(self.dead_stream))
+        if limit == 0 or offset >= total:
+            return [], total
+        entries = self.client.xrevrange(self.dead_stream, count=offset + limit)[offset:]
+        items = []
+        for _, raw in entries:
+            fields = {text(k): text(v) for k, v in raw.items()}
+            items.append(
+                {
+                    "job_id": fields.get("job"),
+                    "error": fields.get("error"),
+                    "attempts": int(fields.get("attempts") or 0),
+                    "failed_at": fields.get("at"),
+                }
+            )
+        return items, total
 
     # ---- workers -------------------------------------------------------------------------
 
@@ -565,7 +266,7 @@ class JobQueue:
     def worker_heartbeat(self, consumer: str) -> None:
         """Refresh the worker's heartbeat key; it expires ``worker_ttl_s`` after the last."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.set(self._worker_key(consumer), _now()[0], px=int(self.worker_ttl_s * 1000))
+        pipe.set(self._worker_key(consumer), now_stamps()[0], px=int(self.worker_ttl_s * 1000))
         pipe.sadd(self._workers, consumer)
         pipe.execute()
 
@@ -580,7 +281,7 @@ class JobQueue:
 
     def workers_alive(self) -> int:
         """Workers whose heartbeat key has not expired (dead names are forgotten)."""
-        names = [_text(n) for n in self.client.smembers(self._workers)]
+        names = [text(n) for n in self.client.smembers(self._workers)]
         if not names:
             return 0
         pipe = self.client.pipeline(transaction=False)
@@ -594,11 +295,11 @@ class JobQueue:
 
     def _triage(self, script: str, entry_id: str, fields: Any, consumer: str) -> Any:
         """Run the claim or reap script on a delivered entry; None if it names no job."""
-        job_id = _text((fields or {}).get(b"job", (fields or {}).get("job")))
+        job_id = text((fields or {}).get(b"job", (fields or {}).get("job")))
         if job_id is None:  # not one of ours, or its body was trimmed: nothing to run
             self.client.xack(self.stream, self.group, entry_id)
             return None
-        now_iso, now_ts = _now()
+        now_iso, now_ts = now_stamps()
         reply = self._call(
             script,
             job_id,
@@ -608,9 +309,9 @@ class JobQueue:
             now_iso,
             now_ts,
             self.ttl_s,
-            json.dumps(_EMPTY_PROGRESS),
+            json.dumps(EMPTY_PROGRESS),
         )
-        outcome = _text(reply[0])
+        outcome = text(reply[0])
         if outcome == "dead":
             log.warning("job %s dead-lettered after %s attempts", job_id, reply[1])
         elif outcome not in ("run", "requeued"):
@@ -628,8 +329,8 @@ class JobQueue:
             attempt=int(reply[1]),
             entry_id=entry_id,
             consumer=consumer,
-            dataset_id=_text(reply[2]),
-            params=json.loads(_text(reply[3])),
+            dataset_id=text(reply[2]),
+            params=json.loads(text(reply[3])),
         )
 
     def _lapsed(self, consumer: str) -> Iterator[tuple[str, Any]]:
@@ -646,9 +347,9 @@ class JobQueue:
                     raise
                 self.ensure_group()
                 return
-            cursor = _text(reply[0])
+            cursor = text(reply[0])
             for entry_id, fields in reply[1]:
-                yield _text(entry_id), fields
+                yield text(entry_id), fields
             if cursor == "0-0":
                 return
 
@@ -685,7 +386,7 @@ class JobQueue:
                     raise
                 self.ensure_group()
                 continue
-            entries = _stream_entries(reply)
+            entries = stream_entries(reply)
             if not entries:
                 return None
             for entry_id, fields in entries:
@@ -708,9 +409,9 @@ class JobQueue:
         )
         if status is None:
             return "deleted"
-        if _text(status) != "running" or int(attempts) != claim.attempt:
+        if text(status) != JobStatus.RUNNING or int(attempts) != claim.attempt:
             return "fenced"
-        if _text(cancel) == "1":
+        if text(cancel) == "1":
             return "canceled"
         return None
 
@@ -724,17 +425,12 @@ class JobQueue:
         objective: float | None,
     ) -> bool:
         """Store progress; False means stop (fenced out, canceled or deleted)."""
-        progress = {
-            "fraction": _json_number(fraction),
-            "sigma": _json_number(sigma),
-            "iteration": None if iteration is None else int(iteration),
-            "objective": _json_number(objective),
-        }
+        progress = progress_record(fraction, sigma, iteration, objective)
         return bool(self._call("progress", claim.job_id, claim.attempt, json.dumps(progress)))
 
     def succeed(self, claim: Claim, result_meta: dict[str, Any]) -> bool:
         """Commit the result and acknowledge; False (nothing changed) if fenced or canceled."""
-        now_iso, now_ts = _now()
+        now_iso, now_ts = now_stamps()
         return bool(
             self._call(
                 "succeed",
@@ -754,7 +450,7 @@ class JobQueue:
         Returns the job's status afterwards ("queued", "failed", "canceled" when a cancel was
         pending, "deleted" when the job is gone), or its unchanged status when fenced out.
         """
-        now_iso, now_ts = _now()
+        now_iso, now_ts = now_stamps()
         reply = self._call(
             "fail",
             claim.job_id,
@@ -767,11 +463,11 @@ class JobQueue:
             now_ts,
             self.ttl_s,
         )
-        return _text(reply)
+        return text(reply)
 
     def mark_canceled(self, claim: Claim) -> bool:
         """End a running attempt as canceled (also acknowledges the entry of a deleted job)."""
-        now_iso, now_ts = _now()
+        now_iso, now_ts = now_stamps()
         return bool(
             self._call(
                 "mark_canceled",
@@ -790,19 +486,8 @@ class JobQueue:
         A hand-back does not use up one of ``max_attempts`` (the fencing token still grows
         on the next claim). Returns the status afterwards, as :meth:`fail` does.
         """
-        now_iso, now_ts = _now()
+        now_iso, now_ts = now_stamps()
         reply = self._call(
             "release", claim.job_id, claim.entry_id, claim.attempt, now_iso, now_ts, self.ttl_s
         )
-        return _text(reply)
-
-
-def _stream_entries(reply: Any) -> builtins.list[tuple[str, Any]]:
-    """Entries of an XREADGROUP reply in RESP2 (list) or RESP3 (dict) form."""
-    if not reply:
-        return []
-    streams = reply.items() if isinstance(reply, dict) else reply
-    entries: builtins.list[tuple[str, Any]] = []
-    for _, items in streams:
-        entries.extend((_text(entry_id), fields) for entry_id, fields in items)
-    return entries
+        return text(reply)

@@ -17,49 +17,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse
 
+from service.common import is_safe_id, jsonable, utc_now
+from service.errors import ResultNotFound
+
 if TYPE_CHECKING:
     from rbfkm_engine import RBFKMeans
 
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _ATTEMPT = re.compile(r"attempt-(\d+)")
-
-
-class ResultNotFound(KeyError):
-    """No stored result for this job (never written, discarded, deleted or expired)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "result not found"
-
-
-def _jsonable(value: Any) -> Any:
-    """Plain JSON: numpy scalars and arrays unwrapped, NaN and infinities as None."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        number = float(value)
-        return number if math.isfinite(number) else None
-    return value
 
 
 def _fsync_file(path: Path) -> None:
@@ -83,8 +58,8 @@ class ResultStore:
 
     def job_dir(self, job_id: str) -> Path:
         """The directory of a job's results (ids are checked: they become path names)."""
-        if not _SAFE_ID.fullmatch(job_id):
-            raise ResultNotFound(f"no result for job {job_id!r}")
+        if not is_safe_id(job_id):
+            raise ResultNotFound(job_id)
         return self.root / job_id
 
     def _attempts(self, job_id: str) -> list[tuple[int, Path]]:
@@ -102,7 +77,7 @@ class ResultStore:
         """The committed attempt's directory; ResultNotFound if there is none."""
         attempts = self._attempts(job_id)
         if not attempts:
-            raise ResultNotFound(f"no result for job {job_id!r}")
+            raise ResultNotFound(job_id)
         return attempts[-1][1]
 
     def save(self, job_id: str, model: RBFKMeans, X: Any, *, attempt: int = 1) -> dict[str, Any]:
@@ -121,7 +96,7 @@ class ResultStore:
             np.save(staging / "labels.npy", labels)
             scipy.sparse.save_npz(staging / "assignments.npz", assignments, compressed=False)
             n_samples, n_features = int(labels.shape[0]), int(centroids.shape[1])
-            summary = _jsonable(
+            summary = jsonable(
                 {
                     "centroids": centroids,
                     "inertia": model.inertia_,
@@ -135,7 +110,7 @@ class ResultStore:
                     "stopped_early": bool(getattr(model, "stopped_early_", False)),
                     "device": str(getattr(model, "device", "cpu")),
                     "attempt": attempt,
-                    "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                    "created_at": utc_now().isoformat(timespec="milliseconds"),
                 }
             )
             (staging / "summary.json").write_text(json.dumps(summary, allow_nan=False))

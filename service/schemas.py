@@ -6,41 +6,13 @@ so the OpenAPI document is generated from them, with examples.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "canceled"]
-Auto = Literal["auto"]
-
-
-def _temperature(value: Any) -> Any:
-    """A temperature is a finite number > 0 or ``"auto"``: one error that says so, instead
-    of one per member of the union."""
-    if value == "auto":
-        return value
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value <= 0:
-        raise ValueError(f'must be a finite number > 0 or "auto"; got {value!r}')
-    return value
-
-
-#: ``sigma0`` and ``sigma_min``.
-Temperature = Annotated[Annotated[float, Field(gt=0)] | Auto, BeforeValidator(_temperature)]
-
-#: Counts are JSON integers: ``true`` or ``3.0`` is a client error, not ``1`` or ``3``.
-StrictCount = Annotated[int, Field(strict=True)]
-
-_DEVICE_HELP = "`auto` (CUDA when there is one), `cpu`, `cuda` or `cuda:N`."
+from service.jobs import JobStatus
+from service.params import EngineFields, engine_fields, model_with
 
 
 class Problem(BaseModel):
@@ -134,12 +106,10 @@ class DatasetList(Page):
     items: list[Dataset]
 
 
-class JobCreate(BaseModel):
+class _JobBody(EngineFields):
     """`POST /v1/jobs`: a dataset and the engine's parameters (`RBFKMeans`)."""
 
     model_config = ConfigDict(
-        extra="forbid",
-        allow_inf_nan=False,
         json_schema_extra={
             "examples": [
                 {
@@ -152,48 +122,21 @@ class JobCreate(BaseModel):
         },
     )
 
-    dataset_id: str = Field(min_length=1, max_length=128)
-    n_clusters: StrictCount = Field(ge=1, description="k; at most the dataset's n_samples.")
-    assignment: Literal["entmax15", "softmax", "hard"] = "entmax15"
-    sigma0: Temperature = "auto"
-    sigma_min: Temperature = "auto"
-    cooling: float = Field(default=0.8, gt=0, lt=1, description="Geometric cooling rate.")
-    max_iter: StrictCount = Field(default=300, ge=1, le=100_000)
-    tol: float = Field(default=1e-4, ge=0)
-    init: Literal["k-means++", "random"] | list[list[float]] = Field(
-        default="k-means++", description="`k-means++`, `random`, or initial centres (k x d)."
-    )
-    n_init: StrictCount = Field(default=1, ge=1, le=1000)
-    random_state: StrictCount | None = Field(default=None, ge=0, lt=2**32)
-    device: str = Field(default="auto", description=_DEVICE_HELP)
-
-    @field_validator("device")
-    @classmethod
-    def _check_device(cls, value: str) -> str:
-        """Reject device strings the workers could never honour."""
-        if value in ("auto", "cpu", "cuda"):
-            return value
-        head, _, index = value.partition(":")
-        if head == "cuda" and index.isdigit():
-            return value
-        raise ValueError("must be auto, cpu, cuda or cuda:N")
-
-    @field_validator("init")
-    @classmethod
-    def _check_init(cls, value: Any, info: ValidationInfo) -> Any:
-        """Initial centres must be k rows of equal length."""
-        if isinstance(value, list):
-            k = info.data.get("n_clusters")  # absent when n_clusters itself is invalid
-            if k is not None and len(value) != k:
-                raise ValueError(f"init has {len(value)} rows; it needs n_clusters={k}")
-            widths = {len(row) for row in value}
-            if len(widths) != 1 or 0 in widths:
-                raise ValueError("init rows must be non-empty and of equal length")
-        return value
-
-    def engine_params(self) -> dict[str, Any]:
-        """The keyword arguments for `RBFKMeans`, defaults filled in."""
+    def params(self) -> dict[str, Any]:
+        """The job's engine parameters, defaults filled in: what the queue stores and
+        `GET /v1/jobs/{id}` shows (the worker reads them with `engine_params`)."""
         return self.model_dump(exclude={"dataset_id"})
+
+
+#: `POST /v1/jobs`. Its engine fields come from the engine's constraint table
+#: (:mod:`service.params`), so the API accepts what the engine accepts, within the caps.
+JobCreate = model_with(
+    "JobCreate",
+    "`POST /v1/jobs`: a dataset and the engine's parameters (`RBFKMeans`).",
+    _JobBody,
+    dataset_id=(str, Field(min_length=1, max_length=128)),
+    **engine_fields(),
+)
 
 
 class Progress(BaseModel):
@@ -243,6 +186,34 @@ class JobList(Page):
     """`GET /v1/jobs`."""
 
     items: list[Job]
+
+
+class DeadLetter(BaseModel):
+    """A job the queue gave up on."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job_id": "0d6f1b0a2e3c4d5f8a9b7c6d5e4f3a2b",
+                    "error": "n_clusters=5 exceeds the number of distinct points (3)",
+                    "attempts": 1,
+                    "failed_at": "2026-01-01T12:00:02Z",
+                }
+            ]
+        }
+    )
+
+    job_id: str
+    error: str = Field(description="The last error of the job.")
+    attempts: int = Field(description="How many times the job was claimed by a worker.")
+    failed_at: datetime = Field(description="When the job was given up.")
+
+
+class DeadLetterList(Page):
+    """`GET /v1/jobs/dead-letters`."""
+
+    items: list[DeadLetter]
 
 
 class HistoryEntry(BaseModel):

@@ -17,15 +17,12 @@ fork, and a forked child would share the parent's Redis connections.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
+import functools
 import logging
 import multiprocessing
 import os
-import re
 import signal
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -37,6 +34,10 @@ from typing import Any
 import numpy as np
 import redis
 
+from service.datasets import load_dataset
+from service.devices import DeviceLock, device_for_index, job_device, worker_device
+from service.errors import DatasetNotFound
+from service.params import engine_params
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
 from service.settings import Settings
@@ -44,114 +45,15 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 LoadDataset = Callable[[str], np.ndarray]
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-_CUDA = re.compile(r"cuda(?::(\d+))?")
 
-
-class DatasetNotFound(LookupError):
-    """The job names a dataset that is not stored (bad input: never retried)."""
-
-
-# Errors the user caused: the job fails at once, without retries.
+#: Errors the user caused (bad parameters, a missing dataset): the job fails at once, without
+#: retries. ``DatasetNotFound`` is a ``LookupError``, listed for clarity.
 NON_RETRYABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, DatasetNotFound)
 
 
 def dataset_loader(data_dir: Path | str) -> LoadDataset:
-    """Load ``{data_dir}/datasets/{id}.npy`` memory-mapped (see docs/CONTRACTS.md)."""
-    root = Path(data_dir) / "datasets"
-
-    def load(dataset_id: str) -> np.ndarray:
-        path = root / f"{dataset_id}.npy"
-        if not _SAFE_ID.fullmatch(dataset_id) or not path.is_file():
-            raise DatasetNotFound(f"dataset {dataset_id!r} not found")
-        return np.load(path, mmap_mode="r")
-
-    return load
-
-
-def _cuda_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda:0`` when a GPU is present, else ``cpu``; ``cuda`` -> ``cuda:0``.
-
-    One spelling per device, so the per-device lock is the same whatever was configured.
-    """
-    if device == "auto":
-        return "cuda:0" if _cuda_count() else "cpu"
-    return "cuda:0" if device == "cuda" else device
-
-
-def is_valid_device(device: str) -> bool:
-    """Whether this machine can run on ``device`` (cpu, or an existing cuda[:N])."""
-    if device == "cpu":
-        return True
-    match = _CUDA.fullmatch(device)
-    if match is None:
-        return False
-    count = _cuda_count()
-    return count > 0 and int(match.group(1) or 0) < count
-
-
-def job_device(params: Mapping[str, Any], default: str) -> str:
-    """A per-job ``device`` overrides the worker's only when this machine has it."""
-    requested = params.get("device")
-    if not requested or requested == "auto":
-        return default
-    if isinstance(requested, str) and is_valid_device(requested):
-        return requested
-    log.warning("job asks for device %r, not available here; using %s", requested, default)
-    return default
-
-
-def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The estimator's keyword arguments: the job params without device and unset values."""
-    return {k: v for k, v in params.items() if k != "device" and v is not None}
-
-
-class DeviceLock:
-    """An exclusive per-machine lock on one device, held while a job runs on it.
-
-    The lock file lives in a local directory (the temp dir by default, never the shared
-    data dir: each machine has its own devices). ``scope`` names the deployment, so the
-    workers of one service take turns on a device while an unrelated one (another data dir
-    or key prefix, a test run) is not blocked by them.
-    """
-
-    def __init__(self, device: str, lock_dir: Path | str | None = None, scope: str = "") -> None:
-        directory = Path(lock_dir) if lock_dir is not None else Path(tempfile.gettempdir())
-        name = re.sub(r"[^A-Za-z0-9]+", "_", device)
-        tag = hashlib.sha1(scope.encode()).hexdigest()[:12]
-        self.path = directory / f"rbfkm-{tag}-device-{name}.lock"
-        self._fd: int | None = None
-
-    def acquire(self, timeout_s: float) -> bool:
-        """Take the lock, waiting up to ``timeout_s``; False if another holder kept it."""
-        if self._fd is not None:
-            return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(0.05)
-                continue
-            self._fd = fd
-            return True
-
-    def release(self) -> None:
-        """Let the next job (of any worker on this machine) use the device."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+    """The datasets of ``data_dir`` by id, memory-mapped (the store's one loader)."""
+    return functools.partial(load_dataset, data_dir)
 
 
 class _LeaseKeeper:
@@ -224,9 +126,7 @@ class Worker:
         self.queue = queue
         self.results = results
         self.load_dataset = load_dataset
-        self.device = resolve_device(device)
-        if not is_valid_device(self.device):
-            raise ValueError(f"device {device!r} is not available here: use auto, cpu or cuda:N")
+        self.device = worker_device(device)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else queue.lease_s / 3
         self.poll_s = poll_s
@@ -376,14 +276,6 @@ def _load_settings(source: Settings | Mapping[str, Any] | None) -> Settings:
     return Settings(**data)
 
 
-def _device_for(settings: Settings, index: int) -> str:
-    """Worker ``index`` of several: with ``auto``, spread over the GPUs (or use the CPU)."""
-    if settings.device != "auto":
-        return settings.device
-    count = _cuda_count()
-    return f"cuda:{index % count}" if count else "cpu"
-
-
 def _stop_when_orphaned(parent_pid: int, stop: threading.Event, every_s: float = 1.0) -> None:
     """Set ``stop`` once the parent is gone (a spawned worker must not outlive its server)."""
 
@@ -429,7 +321,7 @@ def run_worker_process(
             JobQueue.from_settings(client, config),
             ResultStore(config.data_dir),
             dataset_loader(config.data_dir),
-            device=_device_for(config, index),
+            device=device_for_index(config.device, index),
             estimator=estimator,
         )
         worker.run(stop)
@@ -448,7 +340,8 @@ def spawn_workers(
     """Start ``n`` worker processes with the ``spawn`` method (CUDA-safe); returns them.
 
     ``first_index``: the index of the first (it picks the device under ``auto``, see
-    :func:`_device_for`); a replacement takes the index of the worker it replaces.
+    :func:`service.devices.device_for_index`); a replacement takes the index of the worker
+    it replaces.
     """
     context = multiprocessing.get_context("spawn")
     payload = _settings_payload(settings)

@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from service.datasets import media_type
-from service.deps import Datasets, require_api_key
+from service.deps import Datasets, Uploads, require_api_key
 from service.problems import not_found
 from service.routes.bodies import DATASET_BODY, problems
 from service.schemas import Dataset, DatasetList
+from service.uploads import media_type
 
 router = APIRouter(
     prefix="/v1/datasets",
@@ -42,12 +42,13 @@ async def create_dataset(
     request: Request,
     response: Response,
     datasets: Datasets,
+    uploads: Uploads,
     name: Annotated[
         str | None, Query(max_length=200, description="Name (for non-JSON bodies).")
     ] = None,
 ) -> dict:
     media = media_type(request.headers.get("content-type"))
-    upload = await datasets.spool(request.stream(), request.headers.get("content-length"))
+    upload = await uploads.spool(request.stream(), request.headers.get("content-length"))
     meta, created = await run_in_threadpool(datasets.create, upload, media, name)
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"

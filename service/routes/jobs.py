@@ -10,22 +10,31 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from service.datasets import media_type, parsed_upload
-from service.deps import Datasets, Idempotency, Principal, Queue, Results, require_api_key
+from service.deps import (
+    Datasets,
+    Idempotency,
+    Principal,
+    Queue,
+    Results,
+    Uploads,
+    require_api_key,
+)
 from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint
-from service.problems import ProblemError, not_found
+from service.jobs import UNFINISHED, JobStatus
+from service.problems import RETRY_AFTER, ProblemError, not_found
 from service.routes.bodies import DATASET_BODY, problems
 from service.schemas import (
     RESULT_PARTS,
+    DeadLetterList,
     Job,
     JobCreate,
     JobList,
     JobResult,
-    JobStatus,
     Prediction,
     SparseRows,
 )
+from service.uploads import media_type, parsed_upload
 
 router = APIRouter(
     prefix="/v1/jobs",
@@ -35,8 +44,6 @@ router = APIRouter(
 )
 
 NPZ = "application/x-npz"
-RETRY_AFTER_S = "1"
-UNFINISHED = ("queued", "running")
 Offset = Annotated[int, Query(ge=0, description="Items (rows) to skip.")]
 
 
@@ -51,11 +58,11 @@ def _succeeded_or_409(queue: Any, job_id: str) -> dict[str, Any]:
     """The job, if it has a result; 409 with the reason otherwise."""
     job = _job_or_404(queue, job_id)
     status = job["status"]
-    if status != "succeeded":
+    if status != JobStatus.SUCCEEDED:
         detail = f"job {job_id!r} is {status}; the result exists once it has succeeded"
-        if status == "failed" and job.get("error"):
+        if status == JobStatus.FAILED and job.get("error"):
             detail += f" (error: {job['error']})"
-        headers = {"Retry-After": RETRY_AFTER_S} if status in UNFINISHED else None
+        headers = dict(RETRY_AFTER) if status in UNFINISHED else None
         raise ProblemError(409, detail, kind="job-not-succeeded", headers=headers)
     return job
 
@@ -67,7 +74,7 @@ def _job_body(job: dict[str, Any]) -> dict[str, Any]:
 def _job_headers(job: dict[str, Any]) -> dict[str, str]:
     headers = {"Location": f"/v1/jobs/{job['id']}"}
     if job["status"] in UNFINISHED:
-        headers["Retry-After"] = RETRY_AFTER_S
+        headers.update(RETRY_AFTER)
     return headers
 
 
@@ -131,9 +138,9 @@ def create_job(
             return JSONResponse(stored.body, status_code=stored.status, headers=stored.headers)
     try:
         _check_against_dataset(body, datasets)
-        job = queue.submit(body.dataset_id, body.engine_params())
+        job = queue.submit(body.dataset_id, body.params())
         content = _job_body(job)
-        headers = {"Location": f"/v1/jobs/{job['id']}", "Retry-After": RETRY_AFTER_S}
+        headers = _job_headers(job)
     except BaseException:
         if idempotency_key is not None:
             idempotency.abandon(principal, idempotency_key)
@@ -153,6 +160,30 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> dict[str, Any]:
     items, total = queue.list(status=status, offset=offset, limit=limit)
+    return {"items": items, "total": total, "offset": offset, "limit": limit}
+
+
+@router.get(
+    "/dead-letters",
+    response_model=DeadLetterList,
+    summary="List dead-lettered jobs (newest first)",
+)
+def list_dead_letters(
+    queue: Queue,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> dict[str, Any]:
+    """Jobs the queue gave up on: failed on bad input, failed on their last allowed attempt,
+    or claimed `max_attempts` times by workers that died.
+
+    `GET /v1/jobs/dead-letters?offset=0&limit=50` answers `200` with
+    `{"items": [{"job_id", "error", "attempts", "failed_at"}], "total", "offset", "limit"}`:
+    the job, its last error, how many times it was claimed and when it was given up. The
+    list outlives the jobs (their records expire after the retention period; it is capped
+    at about 100 000 entries instead), so it says what failed and why after
+    `GET /v1/jobs/{id}` no longer can.
+    """
+    items, total = queue.dead_letters(offset=offset, limit=limit)
     return {"items": items, "total": total, "offset": offset, "limit": limit}
 
 
@@ -195,7 +226,7 @@ def delete_job(job_id: str, queue: Queue, results: Results) -> Response:
 )
 def cancel_job(job_id: str, queue: Queue) -> JSONResponse:
     job = _job_or_404(queue, job_id)
-    if job["status"] not in UNFINISHED and job["status"] != "canceled":
+    if job["status"] not in UNFINISHED and job["status"] != JobStatus.CANCELED:
         raise ProblemError(409, f"job {job_id!r} has already {job['status']}", kind="job-finished")
     job = queue.cancel(job_id) or _job_or_404(queue, job_id)
     return JSONResponse(_job_body(job), headers=_job_headers(job))
@@ -251,9 +282,8 @@ def get_result(
         "inertia": float(summary["inertia"]),
         "n_iter": int(summary["n_iter"]),
         "sigma": float(summary["sigma"]),
+        "device": str(summary["device"]),
     }
-    if "device" in summary:  # results saved before the field have none
-        body["device"] = str(summary["device"])
     if "centroids" in parts:
         body["centroids"] = _listable(summary["centroids"])
     if "labels" in parts:
@@ -340,11 +370,11 @@ def _predict(model: Any, x: np.ndarray) -> dict[str, Any]:
     openapi_extra=DATASET_BODY,
 )
 async def predict(
-    job_id: str, request: Request, queue: Queue, results: Results, datasets: Datasets
+    job_id: str, request: Request, queue: Queue, results: Results, uploads: Uploads
 ) -> JSONResponse:
     media = media_type(request.headers.get("content-type"))
     await run_in_threadpool(_succeeded_or_409, queue, job_id)
-    upload = await datasets.spool(request.stream(), request.headers.get("content-length"))
+    upload = await uploads.spool(request.stream(), request.headers.get("content-length"))
 
     def work() -> dict[str, Any]:
         with parsed_upload(upload, media) as x:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,6 +42,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = ""
             return value
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def committed(queue: Any, job_id: str) -> dict[str, Any] | None:
+    """The result metadata a success committed to the job's record (None before one): the
+    record the queue's fencing protects, read where the queue keeps it."""
+    raw = queue.client.hget(queue.job_key(job_id), "result")
+    return None if raw is None else json.loads(raw)
 
 
 def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settings:

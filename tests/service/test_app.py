@@ -374,3 +374,32 @@ def test_idempotency_is_scoped_per_api_key(secured: TestClient) -> None:
     b = secured.post("/v1/jobs", json={**body, "n_clusters": 3}, headers=beta)
     assert b.status_code == 202 and b.json()["id"] != a["id"]
     assert secured.post("/v1/jobs", json=body, headers=alpha).json()["id"] == a["id"]
+
+
+def test_dead_letters_are_listed(
+    client: TestClient, settings: Settings, redis_client: redis.Redis
+) -> None:
+    empty = client.get("/v1/jobs/dead-letters")
+    assert empty.status_code == 200
+    assert empty.json() == {"items": [], "total": 0, "offset": 0, "limit": 50}
+    queue = JobQueue.from_settings(redis_client, settings)
+    meta = upload(client)
+    ids = [
+        client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 2}).json()["id"]
+        for _ in range(2)
+    ]
+    for _ in ids:
+        claim = queue.claim("w", block_ms=100)
+        assert claim is not None
+        queue.fail(claim, f"bad input of {claim.job_id}", retryable=False)
+    page = client.get("/v1/jobs/dead-letters", params={"limit": 1}).json()
+    assert page["total"] == 2 and page["limit"] == 1
+    (item,) = page["items"]
+    assert item["job_id"] == ids[1] and item["error"] == f"bad input of {ids[1]}"
+    assert item["attempts"] == 1 and item["failed_at"]
+    older = client.get("/v1/jobs/dead-letters", params={"offset": 1}).json()["items"]
+    assert [d["job_id"] for d in older] == [ids[0]]
+    assert client.get(f"/v1/jobs/{ids[0]}").json()["status"] == "failed"
+    assert_problem(client.get("/v1/jobs/dead-letters", params={"limit": 0}), 422)
+    schema = client.get("/openapi.json").json()
+    assert "dead-letter" in schema["paths"]["/v1/jobs/dead-letters"]["get"]["description"]

@@ -12,6 +12,7 @@ import redis
 
 from service.queue import Claim, JobQueue
 from service.settings import Settings
+from tests.service.conftest import committed
 
 MakeQueue = Callable[..., JobQueue]
 
@@ -74,7 +75,7 @@ def test_get_unknown_is_none(queue: JobQueue) -> None:
     assert queue.get("nope") is None
     assert queue.cancel("nope") is None
     assert queue.delete("nope") is False
-    assert queue.result_meta("nope") is None
+    assert committed(queue, "nope") is None
 
 
 def test_claim_then_succeed_acknowledges_and_sets_ttl(queue: JobQueue) -> None:
@@ -103,7 +104,7 @@ def test_claim_then_succeed_acknowledges_and_sets_ttl(queue: JobQueue) -> None:
     assert done["status"] == "succeeded"
     assert done["finished_at"] is not None
     assert done["progress"]["fraction"] == 1.0
-    assert queue.result_meta(job["id"]) == {"inertia": 1.5, "attempt": 1}
+    assert committed(queue, job["id"]) == {"inertia": 1.5, "attempt": 1}
     assert _pending(queue) == []
     assert queue.client.xlen(queue.stream) == 0
     ttl = queue.client.ttl(queue.job_key(job["id"]))
@@ -111,7 +112,7 @@ def test_claim_then_succeed_acknowledges_and_sets_ttl(queue: JobQueue) -> None:
     # a finished job is never handed out again, and a second succeed changes nothing
     assert queue.claim("w2", block_ms=50) is None
     assert queue.succeed(claim, {"inertia": 99.0}) is False
-    assert queue.result_meta(job["id"]) == {"inertia": 1.5, "attempt": 1}
+    assert committed(queue, job["id"]) == {"inertia": 1.5, "attempt": 1}
 
 
 def test_unfinished_job_has_no_ttl(queue: JobQueue) -> None:
@@ -142,9 +143,9 @@ def test_stale_claim_is_fenced_out_after_reclaim(make_queue: MakeQueue) -> None:
     assert current["error"] is None
 
     assert queue.succeed(fresh, {"who": "b"}) is True
-    assert queue.result_meta(job["id"]) == {"who": "b"}
+    assert committed(queue, job["id"]) == {"who": "b"}
     assert queue.succeed(stale, {"who": "a"}) is False
-    assert queue.result_meta(job["id"]) == {"who": "b"}
+    assert committed(queue, job["id"]) == {"who": "b"}
 
 
 def test_dead_worker_job_is_reclaimed_and_succeeds_once(make_queue: MakeQueue) -> None:
@@ -194,8 +195,8 @@ def test_retryable_failure_requeues_then_dead_letters(queue: JobQueue) -> None:
     assert failed is not None
     assert (failed["status"], failed["attempts"], failed["error"]) == ("failed", 3, "oops 3")
     assert failed["finished_at"] is not None
-    assert [d["job"] for d in queue.dead_letters()] == [job["id"]]
-    assert queue.dead_letters()[0]["error"] == "oops 3"
+    assert [d["job_id"] for d in queue.dead_letters()[0]] == [job["id"]]
+    assert queue.dead_letters()[0][0]["error"] == "oops 3"
 
 
 def test_requeued_job_shows_last_error_while_queued(queue: JobQueue) -> None:
@@ -223,7 +224,7 @@ def test_repeatedly_dying_workers_dead_letter_the_job(make_queue: MakeQueue) -> 
     assert failed["status"] == "failed"
     assert failed["attempts"] == 2
     assert "died" in failed["error"]
-    assert queue.dead_letters()[0]["job"] == job["id"]
+    assert queue.dead_letters()[0][0]["job_id"] == job["id"]
     assert _pending(queue) == []
 
 
@@ -235,7 +236,7 @@ def test_bad_input_fails_at_once(queue: JobQueue) -> None:
     assert failed is not None
     assert (failed["status"], failed["attempts"]) == ("failed", 1)
     assert failed["error"] == "n_clusters must be >= 1"
-    assert queue.dead_letters()[0]["job"] == job["id"]
+    assert queue.dead_letters()[0][0]["job_id"] == job["id"]
     assert queue.claim("w2", block_ms=50) is None
 
 
@@ -521,3 +522,20 @@ def test_reap_leaves_renewed_leases_alone(make_queue: MakeQueue) -> None:
         assert queue.renew(claim)
         assert queue.reap("busy") == 0
     assert queue.succeed(claim, {}) is True
+
+
+def test_dead_letters_page_newest_first(queue: JobQueue) -> None:
+    assert queue.dead_letters() == ([], 0)
+    ids = []
+    for n in range(3):
+        ids.append(queue.submit("ds1", {})["id"])
+        assert queue.fail(_claim(queue), f"bad {n}", retryable=False) == "failed"
+    items, total = queue.dead_letters(offset=1, limit=1)
+    assert total == 3 and [d["job_id"] for d in items] == [ids[1]]
+    newest = queue.dead_letters(limit=10)[0][0]
+    assert newest["job_id"] == ids[2] and newest["error"] == "bad 2"
+    assert newest["attempts"] == 1 and newest["failed_at"].endswith("+00:00")
+    assert queue.dead_letters(offset=3) == ([], 3)
+    assert queue.dead_letters(limit=0) == ([], 3)
+    with pytest.raises(ValueError):
+        queue.dead_letters(offset=-1)

@@ -11,7 +11,7 @@ BASE = {"dataset_id": "d1", "n_clusters": 3}
 
 
 def test_defaults_mirror_the_engine() -> None:
-    params = JobCreate(**BASE).engine_params()
+    params = JobCreate(**BASE).params()
     assert params == {
         "n_clusters": 3,
         "assignment": "entmax15",
@@ -75,7 +75,7 @@ def test_bad_parameters_name_the_field(field: str, value: object) -> None:
     ],
 )
 def test_good_parameters_pass(field: str, value: object) -> None:
-    assert JobCreate(**{**BASE, field: value}).engine_params()[field] == value
+    assert JobCreate(**{**BASE, field: value}).params()[field] == value
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -102,7 +102,7 @@ def test_init_errors_name_the_init_field() -> None:
 
 def test_init_array_must_be_k_rows_of_equal_width() -> None:
     ok = JobCreate(**BASE, init=[[0, 0], [1, 1], [2, 2]])
-    assert ok.engine_params()["init"] == [[0, 0], [1, 1], [2, 2]]
+    assert ok.params()["init"] == [[0, 0], [1, 1], [2, 2]]
     with pytest.raises(ValidationError, match="n_clusters=3"):
         JobCreate(**BASE, init=[[0, 0], [1, 1]])
     with pytest.raises(ValidationError, match="equal length"):

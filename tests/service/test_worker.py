@@ -17,18 +17,12 @@ import redis
 import torch
 
 from rbfkm_engine import RBFKMeans
+from service.devices import DeviceLock
 from service.queue import JobQueue
 from service.results import ResultStore
 from service.settings import Settings
-from service.worker import (
-    DeviceLock,
-    Worker,
-    dataset_loader,
-    engine_params,
-    job_device,
-    spawn_workers,
-)
-from tests.service.conftest import wait_for
+from service.worker import Worker, dataset_loader, spawn_workers
+from tests.service.conftest import committed, wait_for
 
 PARAMS = {"n_clusters": 3, "random_state": 0, "max_iter": 40}
 SLOW = {"n_clusters": 3, "random_state": 0, "max_iter": 300, "tol": 0.0}
@@ -137,7 +131,7 @@ def test_run_once_fits_stores_and_matches_the_engine(
     assert job["progress"]["fraction"] == 1.0
     assert job["progress"]["iteration"] is not None
     assert job["finished_at"] is not None
-    meta = queue.result_meta(job_id)
+    meta = committed(queue, job_id)
     assert meta is not None
     assert (meta["attempt"], meta["n_samples"], meta["n_clusters"]) == (1, 90, 3)
 
@@ -172,7 +166,7 @@ def test_bad_input_fails_at_once(
     assert job is not None
     assert (job["status"], job["attempts"]) == ("failed", 1)
     assert message in job["error"]
-    assert queue.dead_letters()[0]["job"] == job_id
+    assert queue.dead_letters()[0][0]["job_id"] == job_id
     assert not results.exists(job_id)
 
 
@@ -194,7 +188,7 @@ def test_crashes_are_retried_then_dead_lettered(
     job = queue.get(job_id)
     assert job is not None
     assert "disk hiccup" in job["error"]
-    assert queue.dead_letters()[0]["job"] == job_id
+    assert queue.dead_letters()[0][0]["job_id"] == job_id
     assert worker.run_once(block_ms=50) is None
 
 
@@ -278,7 +272,7 @@ def test_fenced_out_worker_drops_its_work_and_the_winner_succeeds_once(
     job = queue.get(job_id)
     assert job is not None
     assert (job["status"], job["attempts"]) == ("succeeded", 2)
-    meta = queue.result_meta(job_id)
+    meta = committed(queue, job_id)
     assert meta is not None
     assert meta["attempt"] == 2
     assert sorted(p.name for p in results.job_dir(job_id).iterdir()) == ["attempt-2"]
@@ -318,7 +312,7 @@ def test_worker_fenced_out_at_commit_deletes_only_its_own_files(
     job = queue.get("j1")
     assert job is not None
     assert (job["status"], job["attempts"]) == ("running", 2)  # the new attempt's, untouched
-    assert queue.result_meta("j1") is None
+    assert committed(queue, "j1") is None
     assert sorted(p.name for p in store.job_dir("j1").iterdir()) == ["attempt-2"]
 
 
@@ -379,15 +373,6 @@ def test_device_lock_allows_one_job_per_device(
     assert _status(queue, job_id) == "queued"  # it did not take the job while waiting
     other.release()
     assert worker.run_once(block_ms=200) == job_id
-
-
-def test_job_device_and_engine_params() -> None:
-    assert job_device({}, "cpu") == "cpu"
-    assert job_device({"device": "auto"}, "cpu") == "cpu"
-    assert job_device({"device": "cpu"}, "cuda:0") == "cpu"
-    assert job_device({"device": "bogus"}, "cpu") == "cpu"
-    assert job_device({"device": "cuda:99"}, "cpu") == "cpu"
-    assert engine_params({"n_clusters": 3, "device": "cpu", "sigma0": None}) == {"n_clusters": 3}
 
 
 def test_worker_refuses_a_device_it_does_not_have(

@@ -1,0 +1,86 @@
+"""Domain errors: what the stores and parsers raise when a request cannot be honoured.
+
+They know nothing of HTTP: :mod:`service.problems` is the one place that gives each its
+status code, problem type and headers, so the storage layer can be used (by the workers,
+by tests, by a CLI) without a web framework, and the API's error contract is in one table.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """A failure a caller caused or can retry.
+
+    ``detail`` says what happened and what to change; ``field`` names where (``body``,
+    ``body.data[3][1]``, ``header.content-type``) and ``message`` says it in a few words.
+    """
+
+    def __init__(self, detail: str, *, field: str | None = None, message: str | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        self.message = message if message is not None else detail
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class InvalidDataset(ServiceError):
+    """A body that is not a usable dataset (wrong shape, not numeric, not finite, ...)."""
+
+    def __init__(self, detail: str, field: str = "body") -> None:
+        super().__init__(detail, field=field)
+
+
+class UnsupportedMediaType(ServiceError):
+    """A Content-Type no parser reads."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, field="header.content-type", message="unsupported media type")
+
+
+class BodyTooLarge(ServiceError):
+    """A body over the upload limit (refused while it streams, never buffered)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(
+            f"the body exceeds the limit of {max_bytes} bytes (RBFKM_MAX_UPLOAD_BYTES)",
+            field="body",
+            message=f"larger than {max_bytes} bytes",
+        )
+
+
+class DatasetNotFound(ServiceError, LookupError):
+    """No stored dataset has this id (a job naming one fails at once: bad input)."""
+
+    def __init__(self, dataset_id: str) -> None:
+        super().__init__(
+            f"dataset {dataset_id!r} not found",
+            field="path.dataset_id",
+            message="unknown dataset",
+        )
+
+
+class ResultNotFound(ServiceError, KeyError):
+    """No stored result for this job (never written, discarded, deleted or expired)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"no result for job {job_id!r}", field="path.job_id", message="no stored result"
+        )
+
+
+class InvalidIdempotencyKey(ServiceError):
+    """An ``Idempotency-Key`` of the wrong length."""
+
+
+class IdempotencyKeyReused(ServiceError):
+    """An ``Idempotency-Key`` already used with another request body."""
+
+
+class IdempotencyKeyInProgress(ServiceError):
+    """An ``Idempotency-Key`` whose first request is still being accepted (retry shortly)."""
+
+
+class IdempotencyKeyContended(ServiceError):
+    """An ``Idempotency-Key`` whose marker kept changing under the request (retry)."""

@@ -1,0 +1,94 @@
+"""The one mapping from errors to HTTP: every domain error has a status, a type and fields."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service import errors
+from service.app import create_app
+from service.embedded import free_port
+from service.errors import (
+    BodyTooLarge,
+    DatasetNotFound,
+    IdempotencyKeyContended,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyReused,
+    InvalidDataset,
+    InvalidIdempotencyKey,
+    ResultNotFound,
+    ServiceError,
+    UnsupportedMediaType,
+)
+from service.problems import RETRY_AFTER, RETRY_AFTER_S, problem_of
+from tests.service.conftest import make_settings
+
+DOMAIN_ERRORS = [
+    cls
+    for _, cls in inspect.getmembers(errors, inspect.isclass)
+    if issubclass(cls, ServiceError) and cls is not ServiceError
+]
+
+
+@pytest.mark.parametrize("cls", DOMAIN_ERRORS, ids=lambda cls: cls.__name__)
+def test_every_domain_error_has_an_http_form(cls: type[ServiceError]) -> None:
+    if cls is BodyTooLarge:
+        exc: ServiceError = BodyTooLarge(1)
+    elif cls in (DatasetNotFound, ResultNotFound):
+        exc = cls("some-id")
+    else:
+        exc = cls("what went wrong")
+    assert 400 <= problem_of(exc).status < 500
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "kind", "errors"),
+    [
+        (InvalidDataset("row 3 is short", "body.data[3]"), 422, "invalid-dataset",
+         [("body.data[3]", "row 3 is short")]),
+        (UnsupportedMediaType("send CSV"), 415, "unsupported-media-type",
+         [("header.content-type", "unsupported media type")]),
+        (BodyTooLarge(10), 413, "payload-too-large", [("body", "larger than 10 bytes")]),
+        (ResultNotFound("j"), 404, "result-not-found", [("path.job_id", "no stored result")]),
+        (DatasetNotFound("d"), 404, "dataset-not-found", [("path.dataset_id", "unknown dataset")]),
+        (InvalidIdempotencyKey("1 to 255", field="header.idempotency-key", message="length"),
+         400, "invalid-idempotency-key", [("header.idempotency-key", "length")]),
+        (IdempotencyKeyReused("other body", field="f", message="m"), 422,
+         "idempotency-key-reused", [("f", "m")]),
+        (IdempotencyKeyInProgress("wait", field="f", message="m"), 409,
+         "idempotency-key-in-progress", [("f", "m")]),
+        (IdempotencyKeyContended("retry"), 409, None, []),
+    ],
+)  # fmt: skip
+def test_the_mapping(exc: ServiceError, status: int, kind: str | None, errors: list) -> None:
+    problem = problem_of(exc)
+    assert (problem.status, problem.kind) == (status, kind)
+    assert problem.errors == [{"field": f, "message": m} for f, m in errors]
+    retry = isinstance(exc, IdempotencyKeyInProgress | IdempotencyKeyContended)
+    assert problem.headers == (RETRY_AFTER if retry else {})
+
+
+def test_result_not_found_says_why() -> None:
+    detail = problem_of(ResultNotFound("j1")).detail
+    assert detail == "no result for job 'j1'; the result files were deleted or have expired"
+
+
+def test_an_unmapped_domain_error_is_a_500_not_a_leak() -> None:
+    class Unmapped(ServiceError):
+        pass
+
+    problem = problem_of(Unmapped("secret internals"))
+    assert problem.status == 500 and "secret" not in problem.detail
+
+
+def test_one_retry_after_everywhere(tmp_path: Path) -> None:
+    assert RETRY_AFTER == {"Retry-After": str(RETRY_AFTER_S)} and RETRY_AFTER_S == 1
+    dead = make_settings(f"redis://127.0.0.1:{free_port()}/0", tmp_path)
+    with TestClient(create_app(dead), raise_server_exceptions=False) as client:
+        response = client.get("/v1/jobs")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert response.json()["type"] == "urn:rbfkm:problem:redis-unavailable"
