@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rbfkm_engine.device import DEVICE_HELP
 from service import __version__
 from service.settings import Settings
 
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="Worker processes only (needs REDIS_URL).")
     common(worker)
     worker.add_argument("--workers", type=int, help="Processes to run (RBFKM_WORKERS).")
-    worker.add_argument("--device", help="auto | cpu | cuda | cuda:N (RBFKM_DEVICE).")
+    worker.add_argument("--device", help=f"{DEVICE_HELP} (RBFKM_DEVICE).")
     return parser
 
 

@@ -14,6 +14,8 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from rbfkm_engine.device import DEVICE_HELP, is_device_name
+
 
 class Settings(BaseSettings):
     """Service settings; see README.md for the table of variables."""
@@ -42,12 +44,20 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=30.0, gt=0, description="Worker lease; renewed by heartbeat.")
     max_attempts: int = Field(default=3, ge=1, description="Attempts before dead-lettering.")
     workers: int = Field(default=1, ge=0, description="Workers started by `rbfkm serve`.")
-    device: str = Field(default="auto", description="Device for workers: auto | cpu | cuda[:N].")
+    device: str = Field(default="auto", description=f"Device for workers: {DEVICE_HELP}.")
     key_prefix: str = Field(default="rbfkm", description="Prefix of every Redis key.")
     access_log: bool = Field(
         default=False,
         description="Log every request (off by default: it costs a share of a status poll).",
     )
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, value: str) -> str:
+        """A misspelt device stops the service at start, not each worker at its first job."""
+        if not is_device_name(value):
+            raise ValueError(f"must be {DEVICE_HELP}")
+        return value
 
     @field_validator("api_keys", mode="before")
     @classmethod

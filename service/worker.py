@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,22 @@ def _default_estimator() -> Callable[..., Any]:
     return RBFKMeans
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How often a worker does its chores besides the fit.
+
+    ``heartbeat_s``: lease renewal, heartbeat and reaping while a job runs (None: a third of
+    the queue's lease); ``poll_s``: checks of the job's cancel flag and fence;
+    ``progress_interval_s``: the least time between two progress writes; ``purge_every_s``:
+    deletion of results past their retention.
+    """
+
+    heartbeat_s: float | None = None
+    poll_s: float = 0.1
+    progress_interval_s: float = 0.2
+    purge_every_s: float = 3600.0
+
+
 class Worker:
     """Claims one job at a time from the queue and runs it on one device."""
 
@@ -116,25 +133,23 @@ class Worker:
         *,
         device: str = "auto",
         consumer: str | None = None,
-        heartbeat_s: float | None = None,
-        poll_s: float = 0.1,
-        progress_interval_s: float = 0.2,
         estimator: Callable[..., Any] | None = None,
         lock_dir: Path | str | None = None,
-        purge_every_s: float = 3600.0,
+        timing: Timing = Timing(),  # frozen: one shared default is safe
     ) -> None:
         self.queue = queue
         self.results = results
         self.load_dataset = load_dataset
         self.device = worker_device(device)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        heartbeat_s = timing.heartbeat_s
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else queue.lease_s / 3
-        self.poll_s = poll_s
-        self.progress_interval_s = progress_interval_s
+        self.poll_s = timing.poll_s
+        self.progress_interval_s = timing.progress_interval_s
         self.estimator = estimator
         scope = f"{queue.prefix}@{results.root.resolve()}"
         self.device_lock = DeviceLock(self.device, lock_dir, scope=scope)
-        self.purge_every_s = purge_every_s
+        self.purge_every_s = timing.purge_every_s
         self._stop: threading.Event | None = None  # set by run(): hand the job back
 
     def run_once(self, block_ms: int = 1000) -> str | None:

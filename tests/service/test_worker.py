@@ -21,7 +21,7 @@ from service.devices import DeviceLock
 from service.queue import JobQueue
 from service.results import ResultStore
 from service.settings import Settings
-from service.worker import Worker, dataset_loader, spawn_workers
+from service.worker import Timing, Worker, dataset_loader, spawn_workers
 from tests.service.conftest import committed, wait_for
 
 PARAMS = {"n_clusters": 3, "random_state": 0, "max_iter": 40}
@@ -260,7 +260,9 @@ def test_fenced_out_worker_drops_its_work_and_the_winner_succeeds_once(
     queue = make_queue(lease_s=0.3)
     job_id = queue.submit("ds", SLOW)["id"]
     # A stalls: it never renews (as if frozen by GC or a network partition).
-    stale = make_worker(queue, consumer="stale", heartbeat_s=1000.0, estimator=SlowRBFKMeans)
+    stale = make_worker(
+        queue, consumer="stale", timing=Timing(heartbeat_s=1000.0), estimator=SlowRBFKMeans
+    )
     thread = _run_in_thread(stale)
     wait_for(lambda: _running_with_progress(queue, job_id), what="the job to run")
     time.sleep(0.4)
@@ -305,7 +307,12 @@ def test_worker_fenced_out_at_commit_deletes_only_its_own_files(
     winner_files.mkdir(parents=True)  # the new attempt's result, already written
     queue.submit("ds", PARAMS, job_id="j1")
     worker = Worker(
-        queue, store, dataset_loader(data_dir), device="cpu", heartbeat_s=1000, lock_dir=data_dir
+        queue,
+        store,
+        dataset_loader(data_dir),
+        device="cpu",
+        timing=Timing(heartbeat_s=1000),
+        lock_dir=data_dir,
     )
     assert worker.run_once(block_ms=200) == "j1"
     assert store.taken_by == [2]
