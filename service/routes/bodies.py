@@ -1,8 +1,11 @@
-"""OpenAPI descriptions shared by routes: the dataset body types and the problem responses."""
+"""OpenAPI pieces shared by routes: the dataset body types, the paging parameters and the
+problem responses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from fastapi import Query
 
 from service.schemas import DatasetInline, Problem
 
@@ -24,6 +27,12 @@ DATASET_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+#: Where a page starts: items (or rows) to skip.
+Offset = Annotated[int, Query(ge=0, description="Items (rows) to skip.")]
+#: How many items a list page holds at most.
+Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:

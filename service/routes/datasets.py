@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.deps import Datasets, Uploads, require_api_key
 from service.problems import not_found
-from service.routes.bodies import DATASET_BODY, problems
+from service.routes.bodies import DATASET_BODY, Limit, Offset, problems
 from service.schemas import Dataset, DatasetList
 from service.uploads import media_type
 
@@ -19,9 +19,6 @@ router = APIRouter(
     dependencies=[Depends(require_api_key)],
     responses=problems(401, 422),
 )
-
-Offset = Annotated[int, Query(ge=0, description="Items to skip.")]
-Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
 
 
 @router.post(

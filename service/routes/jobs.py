@@ -23,7 +23,7 @@ from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint
 from service.jobs import UNFINISHED, JobStatus
 from service.problems import RETRY_AFTER, ProblemError, not_found
-from service.routes.bodies import DATASET_BODY, problems
+from service.routes.bodies import DATASET_BODY, Limit, Offset, problems
 from service.schemas import (
     RESULT_PARTS,
     DeadLetterList,
@@ -44,7 +44,6 @@ router = APIRouter(
 )
 
 NPZ = "application/x-npz"
-Offset = Annotated[int, Query(ge=0, description="Items (rows) to skip.")]
 
 
 def _job_or_404(queue: Any, job_id: str) -> dict[str, Any]:
@@ -157,7 +156,7 @@ def list_jobs(
     queue: Queue,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Limit = 50,
 ) -> dict[str, Any]:
     items, total = queue.list(status=status, offset=offset, limit=limit)
     return {"items": items, "total": total, "offset": offset, "limit": limit}
@@ -171,7 +170,7 @@ def list_jobs(
 def list_dead_letters(
     queue: Queue,
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Limit = 50,
 ) -> dict[str, Any]:
     """Jobs the queue gave up on: failed on bad input, failed on their last allowed attempt,
     or claimed `max_attempts` times by workers that died.
