@@ -121,6 +121,7 @@ def describe(constraint: Constraint) -> str:
 
 
 def _number(value: float) -> str:
+    """A bound as a message writes it: integers without a decimal point."""
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
@@ -137,6 +138,7 @@ def _interval_type(interval: Interval) -> Any:
 
 
 def _check_device(value: str) -> str:
+    """Only the spelling: whether a worker's machine has the device is the worker's call."""
     if not is_device_name(value):
         raise ValueError(f"must be {DEVICE_HELP}")
     return value
