@@ -7,7 +7,7 @@
 - `worker`: worker processes only (needs `REDIS_URL`: the embedded Redis of a `serve` is
   private to it, so workers elsewhere cannot share it).
 
-Command-line options override the environment (see README for every variable).
+Command-line options override the environment (see docs/service.md for every variable).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from rbfkm_engine.device import DEVICE_HELP, is_device_name
 
 
 class Settings(BaseSettings):
-    """Service settings; see README.md for the table of variables."""
+    """Service settings; see docs/service.md for the table of variables."""
 
     model_config = SettingsConfigDict(env_prefix="RBFKM_", env_file=".env", extra="ignore")
 
