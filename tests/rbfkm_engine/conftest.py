@@ -7,8 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import settings
 from sklearn.datasets import load_digits, make_blobs, make_circles, make_moons
+
+from rbfkm_engine.context import FitContext
+from rbfkm_engine.passes import Workspace
+from rbfkm_engine.progress import Budget, Callback
 
 
 def examples(n: int) -> int:
@@ -111,3 +116,31 @@ def rng() -> np.random.Generator:
 def make_blobs_data() -> Callable[..., Dataset]:
     """A factory for well-separated blobs of a chosen size."""
     return well_separated_blobs
+
+
+def blob_tensor(
+    centres: list[list[float]], n_per: int = 60, spread: float = 0.3, seed: int = 0
+) -> torch.Tensor:
+    """Gaussian blobs of ``n_per`` points around each of ``centres`` (float64, in order)."""
+    rng = np.random.default_rng(seed)
+    parts = [np.asarray(c) + spread * rng.standard_normal((n_per, len(c))) for c in centres]
+    return torch.from_numpy(np.concatenate(parts))
+
+
+def make_context(
+    X: torch.Tensor,
+    k: int,
+    tol: float = 1e-12,
+    max_iter: int = 100,
+    chunk_size: int = 64,
+    *,
+    sample_weight: torch.Tensor | None = None,
+    callback: Callback | None = None,
+) -> FitContext:
+    """One run's context on ``X`` (blocks of ``chunk_size`` rows), seeded."""
+    return FitContext(
+        Workspace(X, sample_weight, k, chunk_size),
+        Budget(max_iter, callback),
+        tol,
+        torch.Generator().manual_seed(0),
+    )

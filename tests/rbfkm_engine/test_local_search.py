@@ -13,20 +13,8 @@ from rbfkm_engine import RBFKMeans
 from rbfkm_engine.context import FitContext
 from rbfkm_engine.lloyd import lloyd
 from rbfkm_engine.local_search import FixedPoint, hartigan, refine, split_merges
-from rbfkm_engine.passes import Workspace
-from rbfkm_engine.progress import Budget
 
-
-def context(
-    X: torch.Tensor, k: int, tol: float, max_iter: int = 100, chunk_size: int = 64
-) -> FitContext:
-    """A run's context on ``X`` (no weights), seeded."""
-    return FitContext(
-        Workspace(X, None, k, chunk_size),
-        Budget(max_iter),
-        tol,
-        torch.Generator().manual_seed(0),
-    )
+from .conftest import make_context
 
 
 def three_blobs() -> torch.Tensor:
@@ -41,7 +29,7 @@ def test_refine_moves_a_centre_from_a_crowded_blob() -> None:
     # A Lloyd fixed point with one centre for the two left blobs and two in the right one.
     X = three_blobs()
     C = torch.tensor([[-8.5, 0.0], [10.0, 0.5], [10.0, -0.5]], dtype=torch.float64)
-    ctx = context(X, 3, tol=1e-12)
+    ctx = make_context(X, 3, tol=1e-12)
     fp, history = ctx.passes, ctx.history
     C, converged = lloyd(ctx, C)
     assert converged
@@ -61,7 +49,7 @@ def test_refine_moves_a_centre_from_a_crowded_blob() -> None:
 def test_refine_keeps_an_optimum() -> None:
     X = three_blobs()
     C = torch.tensor([[-10.0, 0.0], [-7.0, 0.0], [10.0, 0.0]], dtype=torch.float64)
-    ctx = context(X, 3, tol=1e-12)
+    ctx = make_context(X, 3, tol=1e-12)
     fp = ctx.passes
     C, _ = lloyd(ctx, C)
     before = fp.hard_labels(C)
@@ -74,7 +62,7 @@ def test_refine_keeps_an_optimum() -> None:
 def test_refine_respects_the_iteration_budget() -> None:
     X = three_blobs()
     C = torch.tensor([[-8.5, 0.0], [10.0, 0.5], [10.0, -0.5]], dtype=torch.float64)
-    ctx = context(X, 3, tol=1e-12)
+    ctx = make_context(X, 3, tol=1e-12)
     C, _ = lloyd(ctx, C)
     ctx.budget.max_iter = ctx.budget.n_iter  # nothing left
     C2 = refine(ctx, C)
@@ -157,7 +145,7 @@ def digits_fixed_point(seed: int) -> tuple[FitContext, FixedPoint]:
 
     X = load_digits().data
     C0 = KMeans(10, n_init=1, init="random", random_state=seed).fit(X).cluster_centers_
-    ctx = context(torch.as_tensor(X), 10, tol=1e-6, max_iter=300, chunk_size=4096)
+    ctx = make_context(torch.as_tensor(X), 10, tol=1e-6, max_iter=300, chunk_size=4096)
     C, converged = lloyd(ctx, torch.as_tensor(C0))
     assert converged
     ctx.history.clear()
