@@ -1,0 +1,292 @@
+"""The blocked E/M passes: warm hard passes keep exact sums, soft passes equal a dense
+reference, blocks do not change the answer, and the workspace's labels are those of the
+last pass (or of a restored snapshot)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from entmax import entmax15
+
+from rbfkm_engine.passes import ROW_REDUCTION_WIDTH, Workspace, row_reduction_width
+
+from .conftest import blob_tensor
+
+BLOBS = [[-5.0, 0.0, 0.0], [5.0, 0.0, 1.0], [0.0, 6.0, -1.0], [0.0, -6.0, 0.0], [3.0, 3.0, 3.0]]
+
+
+def data() -> torch.Tensor:
+    return blob_tensor(BLOBS, n_per=80, spread=1.5, seed=5)
+
+
+def bad_centres(X: torch.Tensor, k: int = 5) -> torch.Tensor:
+    """Centres of the first blob's points: Lloyd moves many labels from them."""
+    return X[:k].clone()
+
+
+def weights(n: int) -> torch.Tensor:
+    w = torch.rand(n, generator=torch.Generator().manual_seed(6), dtype=torch.float64) + 0.5
+    w[::5] = 0.0
+    return w
+
+
+def reference(
+    X: torch.Tensor, C: torch.Tensor, w: torch.Tensor | None, sigma: float, assignment: str
+) -> dict[str, torch.Tensor | float]:
+    """A dense pass: every quantity from the whole ``(n, k)`` distance matrix."""
+    D = torch.cdist(X, C) ** 2
+    wv = torch.ones(X.shape[0], dtype=X.dtype) if w is None else w
+    if assignment == "softmax":
+        R = torch.softmax(-D / sigma, dim=1)
+        entropy = -(R * torch.log(R.clamp_min(1e-300))).sum(dim=1)
+    elif assignment == "entmax15":
+        R = entmax15(-D / sigma, dim=1)
+        entropy = (4.0 / 3.0) * (1.0 - R.pow(1.5).sum(dim=1))
+    else:
+        R = torch.nn.functional.one_hot(D.argmin(dim=1), C.shape[0]).to(X.dtype)
+        entropy = torch.zeros(X.shape[0], dtype=X.dtype)
+    Rw = R * wv.unsqueeze(1)
+    soft = (R > 0).sum(dim=1) > 1
+    return {
+        "num": Rw.T @ X,
+        "den": Rw.sum(dim=0),
+        "spread": (Rw * D).sum(dim=0),
+        "objective": float((wv * ((R * D).sum(dim=1) - sigma * entropy)).sum()),
+        "inertia": float((wv * D.min(dim=1).values).sum()),
+        "nnz": float((R > 0).sum()) / X.shape[0],
+        "n_soft": int(soft.sum()),
+        "soft_weight": float(wv[soft].sum()),
+        "labels": D.argmin(dim=1),
+    }
+
+
+# ------------------------------------------------------------------ hard passes
+
+
+@pytest.mark.parametrize("weighted", (False, True))
+def test_a_warm_hard_pass_equals_a_cold_one_after_labels_moved(weighted: bool) -> None:
+    X = data()
+    w = weights(X.shape[0]) if weighted else None
+    ws = Workspace(X, w, 5, chunk_size=64)
+    C = bad_centres(X)
+    num, den, _ = ws.step(C, 0.0, "hard")
+    moved = 0
+    for _ in range(4):
+        before = ws.labels.clone()
+        C, _ = ws.update(C, num, den)
+        num, den, stats = ws.step(C, 0.0, "hard", warm=True)
+        moved += int((ws.labels != before).sum())
+        cold = Workspace(X, w, 5, chunk_size=64)
+        num_c, den_c, stats_c = cold.step(C, 0.0, "hard")
+        torch.testing.assert_close(ws.labels, cold.labels)
+        torch.testing.assert_close(num, num_c, rtol=1e-12, atol=1e-9)
+        torch.testing.assert_close(den, den_c, rtol=1e-12, atol=1e-9)
+        assert stats.inertia == pytest.approx(stats_c.inertia, rel=1e-12)
+    assert moved > 20  # the kept sums were corrected for many moved points
+
+
+@pytest.mark.parametrize("between", ("soft step", "hard_labels", "two_nearest", "restore"))
+def test_labels_written_another_way_drop_the_kept_sums(between: str) -> None:
+    # A warm hard pass after any other writer of the labels still gives the cold sums.
+    X = data()
+    ws = Workspace(X, None, 5, chunk_size=64)
+    C0 = bad_centres(X)
+    num, den, _ = ws.step(C0, 0.0, "hard")
+    saved = ws.snapshot()
+    elsewhere = X[[0, 80, 160, 240, 320]]
+    if between == "soft step":
+        ws.step(elsewhere, 2.0, "softmax")
+    elif between == "hard_labels":
+        ws.hard_labels(elsewhere)
+    elif between == "two_nearest":
+        ws.two_nearest(elsewhere)
+    else:
+        ws.hard_labels(elsewhere)
+        ws.step(elsewhere, 0.0, "hard", warm=True)  # sums kept for ``elsewhere``'s labels
+        ws.restore(saved)
+    assert torch.equal(ws.labels, saved[0]) is (between == "restore")
+    assert bool((den > 0).all())
+    C1 = num / den.unsqueeze(1)  # the M-step of the pass at C0
+    num1, den1, _ = ws.step(C1, 0.0, "hard", warm=True)
+    expected = reference(X, C1, None, 0.0, "hard")
+    torch.testing.assert_close(ws.labels, expected["labels"])
+    torch.testing.assert_close(num1, expected["num"], rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(den1, expected["den"], rtol=1e-12, atol=1e-9)
+
+
+def test_a_hard_pass_equals_the_dense_reference() -> None:
+    X = data()
+    w = weights(X.shape[0])
+    ws = Workspace(X, w, 5, chunk_size=64)
+    C = bad_centres(X)
+    num, den, stats = ws.step(C, 0.0, "hard")
+    expected = reference(X, C, w, 0.0, "hard")
+    torch.testing.assert_close(ws.labels, expected["labels"])
+    torch.testing.assert_close(ws.min_dist, torch.cdist(X, C).min(dim=1).values ** 2)
+    torch.testing.assert_close(num, expected["num"])
+    torch.testing.assert_close(den, expected["den"])
+    assert stats.inertia == pytest.approx(expected["inertia"], rel=1e-12)
+    assert stats.objective == stats.inertia
+    assert (stats.mean_nnz, stats.n_soft, stats.soft_weight) == (1.0, 0, 0.0)
+    assert ws.hard_labels(C) == pytest.approx(expected["inertia"], rel=1e-12)
+
+
+def test_padded_hard_block_after_a_soft_pass_in_the_same_buffer() -> None:
+    # k = 5: hard passes use 16-column blocks whose padding is +inf; a soft pass writes its
+    # responsibilities over that buffer, and the next hard pass must pad it again.
+    X = torch.randn((6000, 3), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    C = X[:5].clone()
+    expected = torch.cdist(X, C).argmin(dim=1)
+    fp = Workspace(X, None, 5, chunk_size=1024)
+    fp.hard_labels(C)
+    torch.testing.assert_close(fp.labels, expected)
+    fp.step(C, 1.0, "softmax")
+    fp.hard_labels(C)
+    torch.testing.assert_close(fp.labels, expected)
+    fp.step(C, 0.0, "hard", warm=True)
+    torch.testing.assert_close(fp.labels, expected)
+
+
+@pytest.mark.parametrize(("k", "width"), [(1, 16), (5, 16), (16, 16), (17, 32), (40, 48)])
+def test_row_reduction_width(k: int, width: int) -> None:
+    assert row_reduction_width(k, torch.device("cpu")) == width
+    assert width % ROW_REDUCTION_WIDTH == 0
+    assert row_reduction_width(k, torch.device("cuda", 0)) == k
+
+
+# ------------------------------------------------------------------ soft passes
+
+
+@pytest.mark.parametrize(("assignment", "sigma"), [("softmax", 3.0), ("entmax15", 3.0)])
+@pytest.mark.parametrize("weighted", (False, True))
+@pytest.mark.parametrize("need_spread", (False, True))
+def test_a_soft_pass_equals_the_dense_reference(
+    assignment: str, sigma: float, weighted: bool, need_spread: bool
+) -> None:
+    X = data()
+    w = weights(X.shape[0]) if weighted else None
+    C = X[[0, 80, 160, 240, 320]] + 0.5
+    ws = Workspace(X, w, 5, chunk_size=64)
+    num, den, stats = ws.step(C, sigma, assignment, need_spread=need_spread)
+    expected = reference(X, C, w, sigma, assignment)
+    torch.testing.assert_close(num, expected["num"], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(den, expected["den"], rtol=1e-10, atol=1e-10)
+    assert stats.objective == pytest.approx(expected["objective"], rel=1e-10)
+    assert stats.inertia == pytest.approx(expected["inertia"], rel=1e-10)
+    torch.testing.assert_close(ws.labels, expected["labels"])
+    spread = expected["spread"] if need_spread else torch.zeros(5, dtype=X.dtype)
+    torch.testing.assert_close(stats.spread, spread, rtol=1e-9, atol=1e-9)
+    assert expected["n_soft"] > 0
+    if assignment == "entmax15":  # softmax's tails underflow only far out: no exact count
+        assert stats.mean_nnz == pytest.approx(expected["nnz"])
+        assert stats.n_soft == expected["n_soft"]
+        assert stats.soft_weight == pytest.approx(expected["soft_weight"])
+
+
+def test_twins_fold_into_their_centres_nonzero_count() -> None:
+    X = data()
+    C = X[[0, 80, 160]] + 0.5
+    full = torch.cat([C, C + 1e-3])
+    ws = Workspace(X, None, 3, chunk_size=64)
+    _, _, plain = ws.step(full, 3.0, "entmax15")
+    _, _, folded = ws.step(full, 3.0, "entmax15", twins_from=3)
+    R = entmax15(-(torch.cdist(X, full) ** 2) / 3.0, dim=1)
+    assert plain.mean_nnz == pytest.approx(float((R > 0).sum()) / X.shape[0])
+    assert folded.mean_nnz == pytest.approx(float(((R[:, :3] + R[:, 3:]) > 0).sum()) / 400)
+    assert folded.mean_nnz < plain.mean_nnz
+
+
+# ------------------------------------------------------------------ blocks
+
+
+@pytest.mark.parametrize(
+    ("assignment", "sigma"), [("hard", 0.0), ("softmax", 3.0), ("entmax15", 3.0)]
+)
+def test_chunk_size_does_not_change_a_pass(assignment: str, sigma: float) -> None:
+    X = data()
+    w = weights(X.shape[0])
+    C = X[[0, 80, 160, 240, 320]] + 0.5
+    results = []
+    for chunk_size in (1000, 64, 7):
+        ws = Workspace(X, w, 5, chunk_size)
+        num, den, stats = ws.step(C, sigma, assignment, need_spread=assignment != "hard")
+        results.append((ws.labels.clone(), num, den, stats, ws.hard_labels(C)))
+    labels, num, den, stats, inertia = results[0]
+    for labels_b, num_b, den_b, stats_b, inertia_b in results[1:]:
+        torch.testing.assert_close(labels_b, labels, rtol=0, atol=0)
+        torch.testing.assert_close(num_b, num, rtol=1e-12, atol=1e-10)
+        torch.testing.assert_close(den_b, den, rtol=1e-12, atol=1e-10)
+        assert stats_b.objective == pytest.approx(stats.objective, rel=1e-12)
+        assert stats_b.inertia == pytest.approx(stats.inertia, rel=1e-12)
+        assert inertia_b == pytest.approx(inertia, rel=1e-12)
+    assert [len(Workspace(X, w, 5, c).chunks()) for c in (1000, 64, 7)] == [
+        1,
+        math.ceil(400 / 64),
+        math.ceil(400 / 7),
+    ]
+
+
+# ------------------------------------------------------------------ labels and centres
+
+
+def test_snapshot_and_restore() -> None:
+    X = data()
+    ws = Workspace(X, None, 5, chunk_size=64)
+    C1, C2 = bad_centres(X), X[[0, 80, 160, 240, 320]]
+    ws.hard_labels(C1)
+    saved = ws.snapshot()
+    labels, min_dist = ws.labels.clone(), ws.min_dist.clone()
+    ws.hard_labels(C2)
+    assert not torch.equal(ws.labels, labels)
+    torch.testing.assert_close(saved[0], labels)  # a copy, not a view
+    ws.restore(saved)
+    torch.testing.assert_close(ws.labels, labels, rtol=0, atol=0)
+    torch.testing.assert_close(ws.min_dist, min_dist, rtol=0, atol=0)
+
+
+def test_two_nearest() -> None:
+    X = data()
+    ws = Workspace(X, weights(X.shape[0]), 5, chunk_size=64)
+    C = X[[0, 80, 160, 240, 320]]
+    second, inertia = ws.two_nearest(C)
+    D = torch.cdist(X, C) ** 2
+    values, order = D.sort(dim=1)
+    torch.testing.assert_close(ws.labels, order[:, 0])
+    torch.testing.assert_close(ws.min_dist, values[:, 0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(second, values[:, 1], rtol=1e-10, atol=1e-10)
+    assert inertia == pytest.approx(float((ws.w * values[:, 0]).sum()), rel=1e-12)
+
+
+def test_update_moves_an_empty_centre_to_the_farthest_point() -> None:
+    X = data()
+    ws = Workspace(X, None, 5, chunk_size=64)
+    C = X[[0, 80, 160, 240]]
+    C = torch.cat([C, torch.tensor([[1e3, 1e3, 1e3]], dtype=X.dtype)])  # gets no point
+    num, den, _ = ws.step(C, 0.0, "hard")
+    assert float(den[4]) == 0.0
+    farthest = X[int(torch.argmax(ws.min_dist))]
+    kept, n_kept = ws.update(C, num, den, reseed=False)
+    torch.testing.assert_close(kept[4], C[4])
+    assert n_kept == 0
+    C_new, n_empty = ws.update(C, num, den)
+    assert n_empty == 1
+    torch.testing.assert_close(C_new[4], farthest)
+    torch.testing.assert_close(C_new[:4], num[:4] / den[:4].unsqueeze(1))
+
+
+def test_add_farthest() -> None:
+    X = data()
+    ws = Workspace(X, None, 5, chunk_size=64)
+    C = X[:1].clone()
+    assert ws.add_farthest(C, 0) is C
+    grown = ws.add_farthest(C, 4)
+    assert grown.shape == (5, 3)
+    torch.testing.assert_close(grown[0], C[0])
+    first = X[int(torch.argmax(torch.cdist(X, C).squeeze(1)))]
+    torch.testing.assert_close(grown[1], first)
+    # Each new centre is a point of X, each the farthest from those before it.
+    for j in range(1, 5):
+        d = torch.cdist(X, grown[:j]).min(dim=1).values
+        torch.testing.assert_close(grown[j], X[int(torch.argmax(d))])

@@ -1,0 +1,77 @@
+"""Farthest-first seeding: each new centre the point farthest from the centres and the
+points taken before it; never a point of weight 0 while others remain."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rbfkm_engine.passes import Workspace
+from rbfkm_engine.reseed import FARTHEST_CANDIDATES, _take_farthest, farthest_first
+
+
+def points(case: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn((6000, 3), generator=g, dtype=torch.float64)
+    if case == "duplicates":  # many equal distances: the candidates' check fails, full passes
+        X = X[torch.randint(0, 12, (6000,), generator=g)]
+    w = None
+    if case == "weights":  # weight-0 points are never taken
+        w = torch.rand(6000, generator=g, dtype=torch.float64)
+        w[torch.rand(6000, generator=g) < 0.3] = 0.0
+    return X, w
+
+
+@pytest.mark.parametrize("case", ("distinct", "duplicates", "weights"))
+@pytest.mark.parametrize("n_new", (1, 3, 40))
+def test_farthest_first_equals_one_full_pass_per_pick(
+    case: str, n_new: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    X, w = points(case)
+    fp = Workspace(X, w, 4, chunk_size=1024)
+    fp.hard_labels(X[:4].clone())
+    closest = fp.min_dist.clone()
+    expected = torch.stack([_take_farthest(fp, closest) for _ in range(n_new)])
+    if case != "duplicates" and n_new < 40:  # the picks come from the candidates alone
+        monkeypatch.setattr(
+            "rbfkm_engine.reseed._take_farthest", lambda ws, closest: pytest.fail("full pass")
+        )
+    got = farthest_first(fp, fp.min_dist.clone(), n_new)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_farthest_first_on_a_line() -> None:
+    # Points 0..10 with a centre at 0: 10 is farthest, then 5, then one of 2, 3, 7 and 8
+    # (all 4 away): the lowest index, as argmax's.
+    X = torch.arange(11, dtype=torch.float64).unsqueeze(1)
+    ws = Workspace(X, None, 1, chunk_size=4)
+    ws.hard_labels(X[:1])
+    picks = farthest_first(ws, ws.min_dist.clone(), 3)
+    assert picks.squeeze(1).tolist() == [10.0, 5.0, 2.0]
+
+
+def test_weight_zero_points_are_never_taken() -> None:
+    # Once every weighted point is a centre, a pick repeats one (it weighs as little as a
+    # point of weight 0 would).
+    X = torch.arange(6, dtype=torch.float64).unsqueeze(1)
+    w = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])  # the far half weighs nothing
+    ws = Workspace(X, w, 1, chunk_size=4)
+    ws.hard_labels(X[:1])
+    picks = farthest_first(ws, ws.min_dist.clone(), 4).squeeze(1).tolist()
+    assert picks == [2.0, 1.0, 0.0, 0.0]
+
+
+def test_the_candidate_pool_grows_until_it_holds_the_picks() -> None:
+    # Twice the pool's size of points on one spot and as many spread out: the first pick
+    # empties the spot's distances, so later picks lie outside the first pool.
+    g = torch.Generator().manual_seed(1)
+    spot = torch.full((2 * FARTHEST_CANDIDATES, 2), 100.0, dtype=torch.float64)
+    spread = torch.rand((2 * FARTHEST_CANDIDATES, 2), generator=g, dtype=torch.float64)
+    X = torch.cat([spot, spread])
+    ws = Workspace(X, None, 1, chunk_size=512)
+    ws.hard_labels(torch.zeros((1, 2), dtype=torch.float64))
+    closest = ws.min_dist.clone()
+    expected = torch.stack([_take_farthest(ws, closest) for _ in range(5)])
+    got = farthest_first(ws, ws.min_dist.clone(), 5)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(got[0], spot[0])
