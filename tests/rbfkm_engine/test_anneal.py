@@ -1,0 +1,194 @@
+"""The annealing phase: centres grow from the mean to ``n_clusters`` at the data's phase
+transitions, one record per temperature, and the phase hands over to Lloyd once almost
+every point is hard."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+import torch
+
+from rbfkm_engine.anneal import LLOYD_SHARE, SOFT_FRACTION_STOP, Schedule, anneal
+from rbfkm_engine.context import FitContext
+from rbfkm_engine.moments import largest_eigenvalue, weighted_covariance
+from rbfkm_engine.passes import Workspace
+from rbfkm_engine.progress import Budget, FitProgress, IterationStats
+from rbfkm_engine.solver import annealing_budget
+from rbfkm_engine.temperature import (
+    critical_temperature,
+    geometric_schedule,
+    iterations_per_temperature,
+)
+from rbfkm_engine.twins import Twins
+
+from .conftest import blob_tensor
+
+BLOBS = [[-8.0, 0.0], [8.0, 0.0], [0.0, 12.0]]
+N_PER = 60
+
+
+class RecordingWorkspace(Workspace):
+    """The workspace, noting what each pass was asked and what it found (the passes
+    themselves are the real ones)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.passes: list[dict[str, object]] = []
+
+    def step(
+        self, C: torch.Tensor, sigma: float, assignment: str, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor, IterationStats]:
+        num, den, stats = super().step(C, sigma, assignment, **kwargs)
+        self.passes.append(
+            {
+                "sigma": sigma,
+                "rows": C.shape[0],
+                "twins_from": kwargs.get("twins_from"),
+                "soft_weight": stats.soft_weight,
+            }
+        )
+        return num, den, stats
+
+
+def blobs() -> torch.Tensor:
+    return blob_tensor(BLOBS, n_per=N_PER, spread=0.5, seed=0)
+
+
+def blob_means(X: torch.Tensor) -> torch.Tensor:
+    return torch.stack([X[j * N_PER : (j + 1) * N_PER].mean(dim=0) for j in range(len(BLOBS))])
+
+
+def schedule(
+    X: torch.Tensor, assignment: str, coincident: int = 2, budget_iter: int | None = None
+) -> Schedule:
+    """The estimator's automatic schedule for ``X``."""
+    lam = largest_eigenvalue(weighted_covariance(X))
+    sigma0 = 1.1 * critical_temperature(lam, coincident, assignment)
+    temperatures = geometric_schedule(sigma0, 1e-4 * 2.0 * lam, 0.8)
+    budget = annealing_budget(300) if budget_iter is None else budget_iter
+    return Schedule(temperatures, assignment, iterations_per_temperature(0.8), budget)
+
+
+def context(X: torch.Tensor, callback=None, max_iter: int = 300) -> FitContext:
+    passes = RecordingWorkspace(X, None, len(BLOBS), 64)
+    return FitContext(passes, Budget(max_iter, callback), 1e-10, torch.Generator().manual_seed(0))
+
+
+def grown(X: torch.Tensor, ctx: FitContext) -> Twins:
+    return Twins(X.mean(dim=0, keepdim=True), len(BLOBS), ctx.generator)
+
+
+def closest_centres(C: torch.Tensor, X: torch.Tensor) -> list[int]:
+    return torch.cdist(blob_means(X), C).argmin(dim=1).tolist()
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+def test_centres_grow_to_one_per_blob(assignment: str) -> None:
+    X = blobs()
+    ctx = context(X)
+    C, sigma = anneal(ctx, schedule(X, assignment), grown(X, ctx))
+    assert C.shape == (3, 2)
+    assert sorted(closest_centres(C, X)) == [0, 1, 2]
+    distance = torch.cdist(blob_means(X), C).min(dim=1).values
+    assert float(distance.max()) < 0.5
+    # The passes began with one centre and its twin and grew.
+    rows = [p["rows"] for p in ctx.passes.passes]
+    assert rows[0] == 1 and rows[1] == 2 and rows[-1] == 3
+    assert sigma > 0.0
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+def test_one_record_per_temperature_visited(assignment: str) -> None:
+    X = blobs()
+    ctx = context(X)
+    plan = schedule(X, assignment)
+    _, sigma = anneal(ctx, plan, grown(X, ctx))
+    visited = [record["sigma"] for record in ctx.history]
+    assert visited == plan.temperatures[: len(visited)]
+    assert visited[-1] == sigma
+    assert all(record["iterations"] >= 1 for record in ctx.history)
+    assert sum(record["iterations"] for record in ctx.history) == ctx.budget.n_iter
+    assert set(ctx.history[0]) == {"sigma", "objective", "inertia", "iterations", "mean_nnz"}
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+def test_annealing_stops_at_the_first_temperature_almost_every_point_is_hard(
+    assignment: str,
+) -> None:
+    X = blobs()
+    ctx = context(X)
+    plan = schedule(X, assignment)
+    _, sigma = anneal(ctx, plan, grown(X, ctx))
+    stop = SOFT_FRACTION_STOP * X.shape[0]
+    last_pass = {p["sigma"]: p for p in ctx.passes.passes}  # the last pass per temperature
+    visited = [record["sigma"] for record in ctx.history]
+    assert len(visited) < len(plan.temperatures)  # the schedule was not used up
+    for t in visited[:-1]:
+        assert last_pass[t]["twins_from"] is not None or last_pass[t]["soft_weight"] > stop
+    assert last_pass[sigma]["twins_from"] is None
+    assert last_pass[sigma]["soft_weight"] <= stop
+
+
+@pytest.mark.parametrize("budget_iter", (1, 4, 7))
+def test_annealing_respects_its_budget(budget_iter: int) -> None:
+    X = blobs()
+    ctx = context(X)
+    C, _ = anneal(ctx, schedule(X, "entmax15", budget_iter=budget_iter), grown(X, ctx))
+    assert ctx.budget.n_iter == budget_iter
+    assert sum(record["iterations"] for record in ctx.history) == budget_iter
+    # Centres still to grow are seeded farthest-first: there are always n_clusters.
+    assert C.shape == (3, 2)
+
+
+def test_the_callback_hears_the_anneal_phase() -> None:
+    X = blobs()
+    seen: list[FitProgress] = []
+    ctx = context(X, seen.append)
+    anneal(ctx, schedule(X, "entmax15"), grown(X, ctx))
+    assert len(seen) == ctx.budget.n_iter > 0
+    assert {info.phase for info in seen} == {"anneal"}
+    assert [info.iteration for info in seen] == list(range(1, len(seen) + 1))
+    assert [info.sigma for info in seen] == [p["sigma"] for p in ctx.passes.passes[1:]]
+    fractions = [info.fraction for info in seen]
+    assert all(b >= a for a, b in pairwise(fractions))
+    assert 0.0 < fractions[0] and fractions[-1] <= 1.0 - LLOYD_SHARE
+
+
+def test_the_callback_stops_annealing() -> None:
+    X = blobs()
+    ctx = context(X, lambda info: info.iteration >= 3)
+    C, _ = anneal(ctx, schedule(X, "entmax15"), grown(X, ctx))
+    assert ctx.budget.stopped and ctx.budget.n_iter == 3
+    assert C.shape == (3, 2)
+
+
+@pytest.mark.parametrize("assignment", ("softmax", "entmax15"))
+def test_fixed_centres_anneal_without_changing_their_count(assignment: str) -> None:
+    X = blobs()
+    ctx = context(X)
+    C0 = X[[0, 1, 2]] + torch.tensor([0.0, 3.0], dtype=X.dtype)  # all in the first blob
+    plan = schedule(X, assignment, coincident=3)
+    C, sigma = anneal(ctx, plan, C0)
+    assert all(p["rows"] == 3 and p["twins_from"] is None for p in ctx.passes.passes)
+    assert C.shape == (3, 2)
+    assert sorted(closest_centres(C, X)) == [0, 1, 2]
+    visited = [record["sigma"] for record in ctx.history]
+    assert visited == plan.temperatures[: len(visited)] and visited[-1] == sigma
+
+
+def test_the_first_twin_skips_the_hottest_temperatures_with_the_covariance() -> None:
+    X = blobs()
+    ctx = context(X)
+    plan = schedule(X, "entmax15")
+    cov = weighted_covariance(X)
+    C, sigma = anneal(ctx, plan, grown(X, ctx), cov)
+    visited = [record["sigma"] for record in ctx.history]
+    assert visited == plan.temperatures[: len(visited)] and visited[-1] == sigma
+    skipped = [record for record in ctx.history if record["iterations"] == 0]
+    assert skipped == ctx.history[: len(skipped)] and len(skipped) >= 1
+    # No pass at the skipped temperatures; their records hold the collapsed state's.
+    assert ctx.passes.passes[0]["sigma"] == plan.temperatures[len(skipped)]
+    inertia = float(cov.trace()) * X.shape[0]
+    assert all(record["inertia"] == pytest.approx(inertia) for record in skipped)
+    assert sorted(closest_centres(C, X)) == [0, 1, 2]
