@@ -249,15 +249,15 @@ def test_huge_float32_data_are_scaled_into_half_one() -> None:
 
 @given(
     value=st.floats(min_value=1e-100, max_value=1e100),
-    exponent=st.integers(min_value=-600, max_value=600),
+    exponent=st.integers(min_value=-300, max_value=300),
 )
 @settings(max_examples=examples(200))
 def test_units_round_trip(value: float, exponent: int) -> None:
+    # Within float64's normal range (value x scale^2 between 2^-932 and 2^932): exact.
     scale = math.ldexp(1.0, exponent)
     fit = squared_in_fit_units(value, scale)
     assert 0.0 < fit < math.inf
-    if sys.float_info.min < value * scale * scale < sys.float_info.max:
-        assert squared_in_data_units(fit, scale) == value
+    assert squared_in_data_units(fit, scale) == value
 
 
 def test_fit_units_stay_positive_and_finite() -> None:

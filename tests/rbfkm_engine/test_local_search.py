@@ -14,15 +14,12 @@ from rbfkm_engine.context import FitContext
 from rbfkm_engine.lloyd import lloyd
 from rbfkm_engine.local_search import FixedPoint, hartigan, refine, split_merges
 
-from .conftest import make_context
+from .conftest import blob_tensor, make_context
 
 
 def three_blobs() -> torch.Tensor:
     """Two blobs close together on the left, one far away on the right."""
-    rng = np.random.default_rng(0)
-    centres = np.array([[-10.0, 0.0], [-7.0, 0.0], [10.0, 0.0]])
-    X = np.concatenate([c + 0.3 * rng.normal(size=(100, 2)) for c in centres])
-    return torch.as_tensor(X)
+    return blob_tensor([[-10.0, 0.0], [-7.0, 0.0], [10.0, 0.0]], n_per=100, spread=0.3)
 
 
 def test_refine_moves_a_centre_from_a_crowded_blob() -> None:
