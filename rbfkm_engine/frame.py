@@ -46,13 +46,15 @@ def power_of_two_scale(max_abs: float, dtype: torch.dtype) -> float:
     Beyond it the squared distances and their sums over points overflow the dtype (or
     underflow below it), so such data are fitted scaled. A power of two scales every
     operation's rounding with it in binary floating point: the scaled fit is the fit, and
-    data of ordinary size are not touched at all.
+    data of ordinary size are not touched at all. The scale stays a finite float: for
+    float64 data of subnormal size it is ``2^1023``, which brings them above ``2^-52``,
+    still well inside the safe range.
     """
     limit = 2.0 ** (math.frexp(torch.finfo(dtype).max)[1] // 3)
     if max_abs == 0.0 or not math.isfinite(max_abs) or 1.0 / limit <= max_abs <= limit:
         return 1.0
     _, exponent = math.frexp(max_abs)  # max_abs = m 2^exponent, 0.5 <= m < 1
-    return math.ldexp(1.0, -exponent)
+    return math.ldexp(1.0, min(-exponent, sys.float_info.max_exp - 1))
 
 
 def scaled(Xt: torch.Tensor, source: Any, scale: float) -> torch.Tensor:
