@@ -87,9 +87,14 @@ def anneal(
         if isinstance(state, Twins):
             warm = not state.after_temperature(state.radii(den, stats.spread))
         ctx.say(
-            f"sigma={sigma:.4g} iters={iters} centres={state.centres.shape[0]} "
-            f"J={stats.objective:.6g} inertia={stats.inertia:.6g} "
-            f"nnz/row={stats.mean_nnz:.3g} soft={stats.n_soft}"
+            "sigma={:.4g} iters={} centres={} J={:.6g} inertia={:.6g} nnz/row={:.3g} soft={}",
+            sigma,
+            iters,
+            state.centres.shape[0],
+            stats.objective,
+            stats.inertia,
+            stats.mean_nnz,
+            stats.n_soft,
         )
         if (
             state.twins is None
@@ -129,7 +134,8 @@ def _launch(
         )
         record(ctx.history, sigma, collapsed, 0)
     if start:
-        ctx.say(f"sigma={temperatures[0]:.4g}..{temperatures[start - 1]:.4g} twin grown linearly")
+        hottest, last = temperatures[0], temperatures[start - 1]
+        ctx.say("sigma={:.4g}..{:.4g} twin grown linearly", hottest, last)
     return start
 
 

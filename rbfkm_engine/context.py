@@ -27,7 +27,8 @@ class FitContext:
     history: list[dict[str, float]] = field(default_factory=list)
     verbose: bool = False
 
-    def say(self, message: str) -> None:
-        """Print ``message`` when the fit is verbose."""
+    def say(self, template: str, *args: object) -> None:
+        """Print ``template.format(*args)`` when the fit is verbose (formatted only then:
+        the phases report every temperature and every trial)."""
         if self.verbose:
-            print(message)
+            print(template.format(*args))

@@ -59,7 +59,7 @@ def lloyd(
             break
     if last is not None:
         record(ctx.history, 0.0, last, iters)
-        ctx.say(f"lloyd iters={iters} inertia={last.inertia:.6g} converged={converged}")
+        ctx.say("lloyd iters={} inertia={:.6g} converged={}", iters, last.inertia, converged)
     return C, converged
 
 

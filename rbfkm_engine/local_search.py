@@ -64,7 +64,7 @@ def refine(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
     kept = split_merges(ctx, best)
     kept += hartigan(ctx, best)
     kept += swaps(ctx, best)
-    ctx.say(f"moves kept={kept} inertia={best.inertia:.6g}")
+    ctx.say("moves kept={} inertia={:.6g}", kept, best.inertia)
     return best.centres
 
 
@@ -120,7 +120,7 @@ def split_merges(ctx: FitContext, best: FixedPoint) -> int:
             failures += 1
             if not go_on:
                 break
-    ctx.say(f"split-merges={kept_moves} inertia={best.inertia:.6g}")
+    ctx.say("split-merges={} inertia={:.6g}", kept_moves, best.inertia)
     return kept_moves
 
 
@@ -137,7 +137,7 @@ def hartigan(ctx: FitContext, best: FixedPoint) -> int:
     if torch.equal(means, best.centres):
         return 0
     kept, _ = settle(ctx, best, means)
-    ctx.say(f"hartigan kept={kept} inertia={best.inertia:.6g}")
+    ctx.say("hartigan kept={} inertia={:.6g}", kept, best.inertia)
     return int(kept)
 
 
