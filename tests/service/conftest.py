@@ -17,6 +17,8 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 
+PROBLEM = "application/problem+json"
+
 
 def npy_bytes(array: np.ndarray) -> bytes:
     """An array as the bytes of a `.npy` file."""
@@ -31,6 +33,29 @@ def blobs(n: int = 240, d: int = 2, k: int = 3, seed: int = 0) -> np.ndarray:
     centres = rng.uniform(-10, 10, size=(k, d))
     labels = np.arange(n) % k
     return centres[labels] + rng.normal(scale=0.5, size=(n, d))
+
+
+def assert_problem(response: Any, status: int) -> dict[str, Any]:
+    """The body of a problem+json response with `status`, after checking its shape."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert body["status"] == status
+    assert {"type", "title", "detail", "errors"} <= set(body)
+    return body
+
+
+def upload(
+    client: TestClient, array: np.ndarray | None = None, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Upload `array` (30 points in 3 blobs by default) as `.npy`; the stored metadata."""
+    response = client.post(
+        "/v1/datasets",
+        content=npy_bytes(blobs(30, 2, 3) if array is None else array),
+        headers={"Content-Type": "application/x-npy", **(headers or {})},
+    )
+    assert response.status_code in (200, 201), response.text
+    return response.json()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
@@ -76,4 +101,12 @@ def settings(redis_client: redis.Redis, redis_server: str, tmp_path: Path) -> Se
 def client(settings: Settings) -> Iterator[TestClient]:
     """An in-process client of the app (no workers: jobs stay queued)."""
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def secured(settings: Settings) -> Iterator[TestClient]:
+    """A client of an app that accepts the API keys "alpha" and "beta"."""
+    keyed = settings.model_copy(update={"api_keys": ["alpha", "beta"]})
+    with TestClient(create_app(keyed)) as test_client:
         yield test_client

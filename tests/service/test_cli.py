@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from service.cli import build_parser, main, settings_from
-from service.embedded import EmbeddedRedis, free_port
+from service.embedded import free_port
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,20 +130,6 @@ def test_halves_need_redis_url(monkeypatch: pytest.MonkeyPatch, command: str) ->
     with pytest.raises(SystemExit) as info:
         main([command])
     assert "REDIS_URL is not set" in str(info.value.code)
-
-
-def test_embedded_redis_persists_and_stops(tmp_path: Path) -> None:
-    server = EmbeddedRedis(tmp_path)
-    with server:
-        client = redis.Redis.from_url(server.url)
-        client.set("k", "v")
-        client.close()
-    assert server.process is None
-    assert list((tmp_path / "redis").rglob("*.aof*")), "AOF files under {data_dir}/redis"
-    with pytest.raises(redis.ConnectionError):
-        redis.Redis.from_url(server.url, socket_connect_timeout=1).ping()
-    with EmbeddedRedis(tmp_path, port=free_port()) as again:
-        assert redis.Redis.from_url(again.url).get("k") == b"v", "data survives a restart"
 
 
 # ---- real processes ----------------------------------------------------------------------

@@ -1,0 +1,206 @@
+"""`/v1/jobs` in process on a real Redis, without workers: the queue is driven by hand.
+
+Results, assignments and predictions of a fitted job are exercised over HTTP against a real
+worker in `tests/service/test_e2e.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+import scipy.sparse as sp
+from fastapi.testclient import TestClient
+
+from service.queue import Claim, JobQueue
+from service.routes.jobs import csr_rows
+from service.settings import Settings
+from tests.service.conftest import assert_problem, upload
+
+
+@pytest.fixture
+def queue(settings: Settings, redis_client: redis.Redis) -> JobQueue:
+    """The queue the app's routes use, to drive jobs by hand as a worker would."""
+    return JobQueue.from_settings(redis_client, settings)
+
+
+def _queued_job(client: TestClient) -> dict[str, Any]:
+    """A job for two clusters of a fresh upload, as accepted (queued)."""
+    meta = upload(client)
+    response = client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 2})
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def _running(queue: JobQueue) -> Claim:
+    claim = queue.claim("w", block_ms=100)
+    assert claim is not None
+    return claim
+
+
+def test_job_is_accepted_and_polled(client: TestClient) -> None:
+    meta = upload(client)
+    response = client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 3})
+    assert response.status_code == 202, response.text
+    job = response.json()
+    assert response.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert job["status"] == "queued" and job["params"]["assignment"] == "entmax15"
+    assert job["params"]["n_clusters"] == 3 and job["dataset_id"] == meta["id"]
+    polled = client.get(f"/v1/jobs/{job['id']}")
+    assert polled.status_code == 200 and polled.headers["retry-after"] == "1"
+    assert polled.json()["progress"] == dict.fromkeys(
+        ("fraction", "sigma", "iteration", "objective")
+    )
+    listed = client.get("/v1/jobs", params={"status": "queued"}).json()
+    assert listed["total"] == 1 and listed["items"][0]["id"] == job["id"]
+    assert client.get("/v1/jobs", params={"status": "running"}).json()["total"] == 0
+    assert_problem(client.get("/v1/jobs", params={"status": "paused"}), 422)
+
+
+def test_job_validation_against_the_dataset(client: TestClient) -> None:
+    meta = upload(client)
+    body = assert_problem(
+        client.post("/v1/jobs", json={"dataset_id": "nope", "n_clusters": 2}), 422
+    )
+    assert body["errors"][0]["field"] == "body.dataset_id"
+    body = assert_problem(
+        client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 31}), 422
+    )
+    assert "n_samples (30)" in body["detail"] and body["errors"][0]["field"] == "body.n_clusters"
+    body = assert_problem(
+        client.post(
+            "/v1/jobs",
+            json={"dataset_id": meta["id"], "n_clusters": 2, "init": [[0, 0, 0], [1, 1, 1]]},
+        ),
+        422,
+    )
+    assert "2 features" in body["detail"]
+    body = assert_problem(
+        client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 0, "cooling": 2}),
+        422,
+    )
+    assert {e["field"] for e in body["errors"]} == {"body.n_clusters", "body.cooling"}
+    assert_problem(
+        client.post("/v1/jobs", content=b"{", headers={"Content-Type": "application/json"}), 422
+    )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"dataset_id": "d", "n_clusters": 1, "tol": NaN}',
+        b'{"dataset_id": "d", "n_clusters": 1, "init": [[Infinity]]}',
+        b'{"dataset_id": "d", "n_clusters": 1e400}',
+        b"[1, 2]",
+        b'"text"',
+    ],
+)
+def test_odd_job_bodies_are_422_not_500(client: TestClient, raw: bytes) -> None:
+    response = client.post(
+        "/v1/jobs",
+        content=raw,
+        headers={"Content-Type": "application/json", "Idempotency-Key": "o"},
+    )
+    assert_problem(response, 422)
+
+
+def test_unfinished_job_has_no_result(client: TestClient) -> None:
+    job = _queued_job(client)
+    for path in ("result", "assignments"):
+        response = client.get(f"/v1/jobs/{job['id']}/{path}")
+        assert "queued" in assert_problem(response, 409)["detail"]
+        assert response.headers["retry-after"] == "1"
+    predict = client.post(f"/v1/jobs/{job['id']}/predict", json={"data": [[0, 0]]})
+    assert_problem(predict, 409)
+    assert_problem(client.get(f"/v1/jobs/{job['id']}/result", params={"include": "bogus"}), 422)
+    for path in ("", "/result", "/assignments"):
+        assert_problem(client.get(f"/v1/jobs/missing{path}"), 404)
+    assert_problem(client.post("/v1/jobs/missing/cancel"), 404)
+
+
+def test_a_failed_job_says_why_it_has_no_result(client: TestClient, queue: JobQueue) -> None:
+    job = _queued_job(client)
+    queue.fail(_running(queue), "the data broke the fit", retryable=False)
+    response = client.get(f"/v1/jobs/{job['id']}/result")
+    body = assert_problem(response, 409)
+    assert "is failed" in body["detail"] and "(error: the data broke the fit)" in body["detail"]
+    assert "retry-after" not in response.headers, "a failed job will not succeed later"
+    canceled = assert_problem(client.post(f"/v1/jobs/{job['id']}/cancel"), 409)
+    assert "has already failed" in canceled["detail"]
+
+
+def test_a_running_job_is_polled_with_retry_after(client: TestClient, queue: JobQueue) -> None:
+    job = _queued_job(client)
+    _running(queue)
+    polled = client.get(f"/v1/jobs/{job['id']}")
+    assert polled.json()["status"] == "running" and polled.headers["retry-after"] == "1"
+    assert polled.json()["attempts"] == 1
+
+
+def test_cancel_a_queued_job(client: TestClient) -> None:
+    job = _queued_job(client)
+    canceled = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert canceled.status_code == 200 and canceled.json()["status"] == "canceled"
+    assert "retry-after" not in client.get(f"/v1/jobs/{job['id']}").headers
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "canceled"
+    assert client.delete(f"/v1/jobs/{job['id']}").status_code == 204
+    assert_problem(client.get(f"/v1/jobs/{job['id']}"), 404)
+
+
+def test_deleting_a_running_job_stops_its_worker(client: TestClient, queue: JobQueue) -> None:
+    job = _queued_job(client)
+    claim = _running(queue)
+    assert client.delete(f"/v1/jobs/{job['id']}").status_code == 204
+    assert queue.stop_reason(claim) == "deleted"
+    assert_problem(client.get(f"/v1/jobs/{job['id']}"), 404)
+    assert client.get("/v1/jobs").json()["total"] == 0
+
+
+def test_failed_acceptance_releases_the_key(client: TestClient) -> None:
+    key = {"Idempotency-Key": "k2"}
+    body = {"dataset_id": "missing", "n_clusters": 2}
+    assert_problem(client.post("/v1/jobs", json=body, headers=key), 422)
+    meta = upload(client)
+    body = {"dataset_id": meta["id"], "n_clusters": 2}
+    assert client.post("/v1/jobs", json=body, headers=key).status_code == 202
+
+
+def test_dead_letters_are_listed(client: TestClient, queue: JobQueue) -> None:
+    empty = client.get("/v1/jobs/dead-letters")
+    assert empty.status_code == 200
+    assert empty.json() == {"items": [], "total": 0, "offset": 0, "limit": 50}
+    meta = upload(client)
+    ids = [
+        client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 2}).json()["id"]
+        for _ in range(2)
+    ]
+    for _ in ids:
+        claim = _running(queue)
+        queue.fail(claim, f"bad input of {claim.job_id}", retryable=False)
+    page = client.get("/v1/jobs/dead-letters", params={"limit": 1}).json()
+    assert page["total"] == 2 and page["limit"] == 1
+    (item,) = page["items"]
+    assert item["job_id"] == ids[1] and item["error"] == f"bad input of {ids[1]}"
+    assert item["attempts"] == 1 and item["failed_at"]
+    older = client.get("/v1/jobs/dead-letters", params={"offset": 1}).json()["items"]
+    assert [d["job_id"] for d in older] == [ids[0]]
+    assert client.get(f"/v1/jobs/{ids[0]}").json()["status"] == "failed"
+    assert_problem(client.get("/v1/jobs/dead-letters", params={"limit": 0}), 422)
+    schema = client.get("/openapi.json").json()
+    assert "dead-letter" in schema["paths"]["/v1/jobs/dead-letters"]["get"]["description"]
+
+
+def test_csr_rows_pages_rows_with_a_page_relative_indptr() -> None:
+    dense = np.array([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.25, 0.0, 0.75]])
+    matrix = sp.csr_matrix(dense)
+    page = csr_rows(matrix, 1, 2)
+    assert page["shape"] == [4, 3] and (page["offset"], page["limit"]) == (1, 2)
+    assert page["indptr"] == [0, 1, 2]
+    rows = sp.csr_matrix((page["values"], page["indices"], page["indptr"]), shape=(2, 3))
+    np.testing.assert_array_equal(rows.toarray(), dense[1:3])
+    tail = csr_rows(matrix, 3, 10)
+    assert tail["indptr"] == [0, 2] and tail["values"] == [0.25, 0.75]
+    past = csr_rows(matrix, 4, 10)
+    assert past["indptr"] == [0] and past["indices"] == [] and past["values"] == []

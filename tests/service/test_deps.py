@@ -1,0 +1,130 @@
+"""FastAPI dependencies: API-key authentication and the stores the app factory built.
+
+`require_api_key` and the store getters are exercised through a real app from `create_app`
+with one extra route that reports what the dependencies handed it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import pytest
+from fastapi import Depends, FastAPI
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.deps import (
+    ANONYMOUS,
+    Datasets,
+    Idempotency,
+    Principal,
+    Queue,
+    Results,
+    Uploads,
+    get_settings,
+)
+from service.settings import Settings
+from tests.service.conftest import assert_problem
+
+
+def _with_probe(app: FastAPI) -> FastAPI:
+    """`app` plus `GET /probe`, which says what each dependency resolved to."""
+
+    @app.get("/probe")
+    def probe(
+        principal: Principal,
+        settings: Annotated[Settings, Depends(get_settings)],
+        datasets: Datasets,
+        uploads: Uploads,
+        queue: Queue,
+        results: Results,
+        idempotency: Idempotency,
+    ) -> dict[str, Any]:
+        state = app.state
+        return {
+            "principal": principal,
+            "settings": settings is state.settings,
+            "datasets": datasets is state.datasets,
+            "uploads": uploads is state.uploads,
+            "queue": queue is state.queue_factory(),
+            "results": results is state.results,
+            "idempotency": idempotency is state.idempotency,
+        }
+
+    return app
+
+
+@pytest.fixture
+def keyed(settings: Settings) -> Iterator[TestClient]:
+    app = create_app(settings.model_copy(update={"api_keys": ["alpha", "beta"]}))
+    with TestClient(_with_probe(app)) as test_client:
+        yield test_client
+
+
+def test_api_keys(secured: TestClient) -> None:
+    body = assert_problem(secured.get("/v1/datasets"), 401)
+    assert "API key" in body["detail"]
+    assert_problem(secured.get("/v1/jobs", headers={"X-API-Key": "gamma"}), 401)
+    assert_problem(secured.get("/v1/jobs", headers={"Authorization": "Bearer gamma"}), 401)
+    assert secured.get("/v1/jobs", headers={"X-API-Key": "alpha"}).status_code == 200
+    assert secured.get("/v1/jobs", headers={"Authorization": "Bearer beta"}).status_code == 200
+
+
+def test_a_401_says_how_to_authenticate(secured: TestClient) -> None:
+    response = secured.get("/v1/jobs")
+    body = assert_problem(response, 401)
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert body["type"].endswith("unauthorized")
+    assert body["errors"] == [
+        {"field": "header.authorization", "message": "missing or unknown API key"}
+    ]
+    assert "Authorization: Bearer <key>" in body["detail"] and "X-API-Key" in body["detail"]
+
+
+def test_other_schemes_and_empty_keys_are_refused(secured: TestClient) -> None:
+    assert_problem(secured.get("/v1/jobs", headers={"Authorization": "Basic alpha"}), 401)
+    assert_problem(secured.get("/v1/jobs", headers={"Authorization": "alpha"}), 401)
+    assert_problem(secured.get("/v1/jobs", headers={"X-API-Key": ""}), 401)
+    assert_problem(secured.get("/v1/jobs", headers={"X-API-Key": "alph"}), 401)
+
+
+def test_the_scope_is_a_hash_of_the_key_whichever_header_carries_it(keyed: TestClient) -> None:
+    by_header = keyed.get("/probe", headers={"X-API-Key": "alpha"}).json()["principal"]
+    by_bearer = keyed.get("/probe", headers={"Authorization": "Bearer alpha"}).json()["principal"]
+    other = keyed.get("/probe", headers={"X-API-Key": "beta"}).json()["principal"]
+    assert by_header == by_bearer == hashlib.sha256(b"alpha").hexdigest()[:32]
+    assert other != by_header and "alpha" not in by_header
+
+
+def test_x_api_key_is_read_before_the_bearer_token(keyed: TestClient) -> None:
+    both = {"X-API-Key": "beta", "Authorization": "Bearer alpha"}
+    assert (
+        keyed.get("/probe", headers=both).json()["principal"]
+        == hashlib.sha256(b"beta").hexdigest()[:32]
+    )
+
+
+def test_without_configured_keys_everyone_is_anonymous(settings: Settings) -> None:
+    with TestClient(_with_probe(create_app(settings))) as open_client:
+        assert open_client.get("/probe").json()["principal"] == ANONYMOUS == "anonymous"
+        offered = open_client.get("/probe", headers={"X-API-Key": "anything"})
+        assert offered.json()["principal"] == ANONYMOUS
+
+
+def test_the_dependencies_hand_out_what_the_factory_built(keyed: TestClient) -> None:
+    resolved = keyed.get("/probe", headers={"X-API-Key": "alpha"}).json()
+    assert resolved.pop("principal")
+    assert resolved == dict.fromkeys(resolved, True) and len(resolved) == 6
+
+
+def test_the_settings_dependency_can_be_overridden(settings: Settings) -> None:
+    app = _with_probe(create_app(settings))
+    other = settings.model_copy(update={"key_prefix": "other"})
+    app.dependency_overrides[get_settings] = lambda: other
+    with TestClient(app) as overridden:
+        assert overridden.get("/probe").json()["settings"] is False
+    app.dependency_overrides.clear()
+    with TestClient(app) as plain:
+        assert plain.get("/probe").json()["settings"] is True
