@@ -52,7 +52,8 @@ class EmbeddedRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 15.0) -> str:
-        """Start the server and wait until it answers PING; returns its URL."""
+        """Start the server and wait until it answers (it, not another server on the same
+        port); returns its URL."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         log = (self.dir / "redis.log").open("ab")
@@ -70,19 +71,26 @@ class EmbeddedRedis:
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
         deadline = time.monotonic() + timeout_s
         try:
-            while True:
-                try:
-                    client.ping()
-                    return self.url
-                except (redis.ConnectionError, redis.BusyLoadingError):
-                    if self.process.poll() is not None or time.monotonic() > deadline:
-                        self.stop()
-                        raise RuntimeError(
-                            f"the embedded redis-server did not start; see {self.dir}/redis.log"
-                        ) from None
-                    time.sleep(0.05)
+            while not self._answers(client):
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"the embedded redis-server did not start on port {self.port} (is "
+                        f"another server listening there?); see {self.dir}/redis.log"
+                    )
+                time.sleep(0.05)
+            return self.url
         finally:
             client.close()
+
+    def _answers(self, client: redis.Redis) -> bool:
+        """Whether our own process answers on the port: another server listening there
+        answers PING too, and its data are not ours."""
+        assert self.process is not None
+        try:
+            return int(client.info("server")["process_id"]) == self.process.pid
+        except (redis.ConnectionError, redis.BusyLoadingError):
+            return False
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the server (SIGTERM lets it flush the AOF), killing it if it hangs."""

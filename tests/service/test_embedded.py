@@ -97,14 +97,6 @@ def test_a_server_that_died_is_stopped_without_error(tmp_path: Path) -> None:
     assert server.process is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: start() waits for *a* server to answer PING on its port; when another Redis "
-        "already listens there, its own redis-server exits on 'Address already in use' and "
-        "start() still returns the URL, so the caller talks to the other server's data"
-    ),
-)
 def test_a_port_taken_by_another_redis_fails_to_start(tmp_path: Path) -> None:
     with EmbeddedRedis(tmp_path / "first") as first:
         second = EmbeddedRedis(tmp_path / "second", port=first.port)
