@@ -167,7 +167,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     def _validate_params(self) -> None:
         """Check every parameter against :data:`~rbfkm_engine.params.PARAMETER_CONSTRAINTS`;
         the message names the parameter, what it may be and what it was."""
-        validate_params(self.get_params(deep=False), self._parameter_constraints)
+        validate_params(self._params(), self._parameter_constraints)
+
+    def _params(self) -> dict[str, Any]:
+        """The parameters by name (``get_params`` without its signature inspection, which
+        costs more than a small fit's pass)."""
+        return {name: getattr(self, name) for name in self._parameter_constraints}
 
     def _to_tensor(
         self, X: Any, *, reset: bool, dtype: torch.dtype | None = None
@@ -280,7 +285,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * framed.spread / Xt.shape[1]
         mean = framed.mean - framed.origin
-        params = self.get_params(deep=False)
+        params = self._params()
         temperatures, cov = schedule_for(params, self._grows_centres(), Xt, w, mean, framed.scale)
         grow = bool(temperatures) and self._grows_centres()
         if not grow or (cov is not None and cov.numel() > Xt.numel()):
