@@ -10,7 +10,10 @@ centres and history with its inertia and iteration count, so two runs compare wi
     python benchmarks/fingerprint.py > after.txt      # on the new code
     diff before.txt after.txt                         # empty: the same results
 
-``--quick`` leaves out the 100 000-row set.
+``--quick`` leaves out the 100 000-row set; ``--full`` adds the benchmarks' hard set
+(50 000 rows) and blobs 200k, every map (a few minutes). To fingerprint another version of
+the engine, put its folder first on the path: ``PYTHONPATH=/tmp/old python ...`` (the
+engine's location is printed to stderr).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def fingerprint(km: RBFKMeans, X: np.ndarray) -> str:
     return " ".join(f"{key}={value}" for key, value in parts.items())
 
 
-def cases(quick: bool) -> Iterator[tuple[str, np.ndarray, dict[str, Any], Any]]:
+def cases(quick: bool, full: bool) -> Iterator[tuple[str, np.ndarray, dict[str, Any], Any]]:
     """(name, X, parameters, sample weight) of every fit to fingerprint."""
     digits = common.load_digits_dataset().X
     hard = common.make_hard_dataset(20_000, d=8, k=30, seed=3).X
@@ -151,6 +154,8 @@ def cases(quick: bool) -> Iterator[tuple[str, np.ndarray, dict[str, Any], Any]]:
         },
         None,
     )
+    if full:
+        yield from benchmark_sets()
     if not quick:
         big = common.make_blobs_dataset(100_000, 32, 64, seed=1).X
         for assignment in ("hard", "entmax15"):
@@ -166,13 +171,27 @@ def cases(quick: bool) -> Iterator[tuple[str, np.ndarray, dict[str, Any], Any]]:
             )
 
 
+def benchmark_sets() -> Iterator[tuple[str, np.ndarray, dict[str, Any], Any]]:
+    """The benchmarks' hard set and blobs 200k (compare.py's), every map, seed 0."""
+    sets = (
+        common.make_hard_dataset(50_000, d=8, k=50, seed=3),
+        common.make_blobs_dataset(200_000, 128, 256, seed=2),
+    )
+    for data in sets:
+        for assignment in ("hard", "softmax", "entmax15"):
+            params = {"n_clusters": data.k, "assignment": assignment, "random_state": 0}
+            yield f"{data.name} {assignment}", data.X, params, None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="leave out the 100k-row set")
+    parser.add_argument("--full", action="store_true", help="add hard 50k and blobs 200k")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     common.pin_threads(args.threads)
-    for name, X, params, weights in cases(args.quick):
+    print(f"engine: {Path(sys.modules['rbfkm_engine'].__file__).parent}", file=sys.stderr)
+    for name, X, params, weights in cases(args.quick, args.full):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             km = RBFKMeans(device="cpu", **params).fit(X, sample_weight=weights)
