@@ -22,6 +22,7 @@ from service.problems import install_problem_handlers
 from service.queue import JobQueue
 from service.results import ResultStore
 from service.routes import datasets, health, jobs
+from service.routes.docs import install_docs
 from service.settings import Settings, get_settings
 from service.uploads import Spooler
 
@@ -63,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Annealed RBF-K-Means clustering service",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # the CDN pages; `install_docs` serves them from package data
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.redis = client
@@ -89,4 +92,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(datasets.router)
     app.include_router(jobs.router)
     app.include_router(health.router)
+    install_docs(app)
     return app
