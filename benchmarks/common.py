@@ -259,7 +259,7 @@ def engine_chunk_rows(k: int, d: int, itemsize: int, device: str = "cpu") -> int
     try:
         import torch
 
-        from rbfkm_engine.distances import default_chunk_rows
+        from rbfkm_engine.blocks import default_chunk_rows
     except ImportError:
         return None
     return default_chunk_rows(k, d, itemsize, torch.device(device))
@@ -290,12 +290,13 @@ def distance_step(X: Any, C: Any, repeats: int = 3, device: str = "cpu") -> dict
     if chunk is None:
         return out
     from rbfkm_engine import distances as dist
+    from rbfkm_engine.blocks import iter_chunks
 
     x_sq = dist.squared_norms(X)
 
     def engine_step() -> None:
         c_sq = dist.squared_norms(C)
-        for rows in dist.iter_chunks(n, chunk):
+        for rows in iter_chunks(n, chunk):
             dist.squared_distances(X[rows], C, x_sq[rows], c_sq)
 
     engine_step()

@@ -283,9 +283,9 @@ def memory_bound(common: Any, ds: Any) -> dict[str, int]:
     rows = common.engine_chunk_rows(k, d, item) or 0
     chunk = rows * item * (4 * k + d)
     try:  # the documented budget (256 MiB), for reference: the blocks may be smaller
-        from rbfkm_engine import distances as dist
+        from rbfkm_engine.blocks import chunk_size_for
 
-        budget_rows = dist.chunk_size_for(k, d, item)
+        budget_rows = chunk_size_for(k, d, item)
     except ImportError:
         budget_rows = rows
     # centroids, their float64 accumulators (sum R^T w x, previous centroids) and the counts

@@ -11,7 +11,8 @@ import math
 
 import torch
 
-from .distances import chunk_size_for, iter_chunks, squared_distances, squared_norms
+from .blocks import chunk_size_for, iter_chunks
+from .distances import squared_distances, squared_norms
 
 
 def sample_proportional(

@@ -16,9 +16,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .anneal import Schedule
 from .assign import responsibilities, to_csr_block
+from .blocks import default_chunk_rows, iter_chunks
 from .context import FitContext
 from .device import resolve_device
-from .distances import default_chunk_rows, iter_chunks, squared_distances, squared_norms
+from .distances import squared_distances, squared_norms
 from .frame import (
     Framed,
     centred,
@@ -288,11 +289,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         params = self._params()
         temperatures, cov = schedule_for(params, self._grows_centres(), Xt, w, mean, framed.scale)
         grow = bool(temperatures) and self._grows_centres()
-        if not grow or (cov is not None and cov.numel() > Xt.numel()):
-            # Only a grown fit's first twin uses the covariance; for data wider than it
-            # has rows the (d, d) matrix would outweigh X through the fit, and that twin
-            # starts from a pass over the data instead.
-            cov = None
+        if not grow:
+            cov = None  # only a grown fit's first twin uses the covariance
         schedule = Schedule(
             temperatures,
             self.assignment,

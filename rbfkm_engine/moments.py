@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .distances import iter_chunks
+from .blocks import iter_chunks
 
 #: Size of one float64 block of rows when accumulating statistics (a few rows at most
 #: in very many dimensions): the blocks stay within the solver's chunk buffers.
@@ -76,3 +76,85 @@ def largest_eigenvalue(cov: torch.Tensor) -> float:
             break
         value = value_new
     return value_new
+
+
+#: Size of one float64 block of rows in the products of :func:`data_largest_eigenvalue`
+#: (each of a few dozen products is a pass over X: larger blocks than the statistics').
+_PRODUCT_BLOCK_BYTES = 4 * 1024 * 1024
+#: A covariance of at most this many features is small enough to form whatever ``n``.
+SMALL_COVARIANCE = 256
+
+
+def covariance_fits(n_samples: int, n_features: int) -> bool:
+    """Whether the ``(d, d)`` covariance has no more entries than ``X``: the fit forms it
+    only then; wider data get their largest eigenvalue from ``X`` itself
+    (:func:`data_largest_eigenvalue`), so no fit holds more than a small multiple of ``X``."""
+    return n_features <= n_samples
+
+
+def data_largest_eigenvalue(
+    X: torch.Tensor, sample_weight: torch.Tensor | None, mean: torch.Tensor
+) -> float:
+    """``lambda_max`` of the weighted covariance of ``X`` without forming it.
+
+    Lanczos (ARPACK's ``eigsh``) on the operator ``v -> X_c^T W X_c v / W``, ``X_c = X -
+    mean`` never materialised: each product is two passes over ``X`` in float64 blocks,
+    memory ``O(n + d)``. The start vector is seeded, so the result is repeatable. In at
+    most ``SMALL_COVARIANCE`` dimensions the (small) covariance is formed instead.
+    """
+    import numpy as np
+    from scipy.sparse.linalg import ArpackError, LinearOperator, eigsh
+
+    d = X.shape[1]
+    if d <= SMALL_COVARIANCE:  # Lanczos is unreliable in a few dimensions; this is exact
+        return largest_eigenvalue(weighted_covariance(X, sample_weight, mean=mean))
+    weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
+    trace = _centred_sum_of_squares(X, sample_weight, mean) / weight  # >= lambda_max
+    if trace <= 0.0 or d == 1:
+        return max(0.0, trace)
+
+    def times(v: np.ndarray) -> np.ndarray:
+        vt = torch.as_tensor(np.ravel(v), dtype=torch.float64, device=X.device)
+        return (_centred_gram_times(X, sample_weight, mean, vt) / weight).cpu().numpy()
+
+    operator = LinearOperator((d, d), matvec=times, dtype=np.float64)
+    start = np.random.default_rng(0).standard_normal(d)
+    try:
+        value = eigsh(operator, k=1, which="LA", v0=start, tol=1e-10, return_eigenvectors=False)
+    except ArpackError as failed:
+        # The best Ritz value so far, else the trace (an operator that is zero up to
+        # rounding): a temperature above the critical one costs a few hot temperatures.
+        stalled = getattr(failed, "eigenvalues", [])
+        value = stalled if len(stalled) else [trace]
+    return min(trace, max(0.0, float(value[0])))
+
+
+def _centred_gram_times(
+    X: torch.Tensor, sample_weight: torch.Tensor | None, mean: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
+    """``X_c^T W X_c v`` by blocks of rows (``X_c = X - mean``, never formed)."""
+    out = torch.zeros_like(v)
+    shift = float(mean @ v)
+    total = 0.0
+    rows_per_block = max(1, _PRODUCT_BLOCK_BYTES // (8 * X.shape[1]))
+    for rows in iter_chunks(X.shape[0], rows_per_block):
+        block = X[rows].double()
+        along = block @ v - shift  # X_c v on the block
+        if sample_weight is not None:
+            along.mul_(sample_weight[rows].double())
+        out.addmv_(block.T, along)
+        total += float(along.sum())
+    return out.sub_(mean, alpha=total)  # X_c^T u = X^T u - mean sum(u)
+
+
+def _centred_sum_of_squares(
+    X: torch.Tensor, sample_weight: torch.Tensor | None, mean: torch.Tensor
+) -> float:
+    """``sum_i w_i ||x_i - mean||^2`` by blocks of rows (the covariance's trace times W)."""
+    total = torch.zeros((), dtype=torch.float64, device=X.device)
+    for rows in iter_chunks(X.shape[0], _stat_rows(X.shape[1])):
+        squares = X[rows].to(torch.float64, copy=True).sub_(mean).square_().sum(dim=1)
+        if sample_weight is not None:
+            squares.mul_(sample_weight[rows].double())
+        total += squares.sum()
+    return float(total)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from .assign import EStep, responsibilities
-from .distances import iter_chunks, squared_distances, squared_norms
+from .blocks import iter_chunks
+from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
 from .nearest import nearest
 from .progress import IterationStats

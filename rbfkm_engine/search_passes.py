@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 import torch
 
-from .distances import iter_chunks, squared_norms
+from .blocks import iter_chunks
+from .distances import squared_norms
 from .passes import Workspace
 from .swaps import (
     SPLIT_POWER_ITERATIONS,

@@ -29,7 +29,12 @@ from typing import Any
 import torch
 
 from .frame import squared_in_fit_units
-from .moments import largest_eigenvalue, weighted_covariance
+from .moments import (
+    covariance_fits,
+    data_largest_eigenvalue,
+    largest_eigenvalue,
+    weighted_covariance,
+)
 
 #: ``sigma0="auto"`` starts this far above the critical temperature.
 SIGMA0_MARGIN = 1.1
@@ -144,7 +149,8 @@ def schedule_for(
 ) -> tuple[list[float], torch.Tensor | None]:
     """The temperatures of a fit with the estimator's ``params`` (empty for hard or
     constant data), and the weighted covariance when an ``"auto"`` temperature needed it
-    (a grown fit's first twin uses it).
+    and it has no more entries than ``X`` (a grown fit's first twin uses it; wider data
+    get ``lambda_max`` without it, see :func:`~rbfkm_engine.moments.covariance_fits`).
 
     ``X`` is in the fit's frame: the data times ``scale``, so explicit temperatures
     (squared distances) are taken times ``scale**2``; ``mean``: of ``X``, float64.
@@ -159,8 +165,11 @@ def schedule_for(
     cov = None
     lambda_max = 1.0
     if needs_lambda:
-        cov = weighted_covariance(X, w, mean=mean)
-        lambda_max = largest_eigenvalue(cov)
+        if covariance_fits(*X.shape):
+            cov = weighted_covariance(X, w, mean=mean)
+            lambda_max = largest_eigenvalue(cov)
+        else:
+            lambda_max = data_largest_eigenvalue(X, w, mean)
         if lambda_max <= 0.0:
             return [], None  # constant data: nothing to anneal
     coincident = min(2, k) if grows else k

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -1104,3 +1106,19 @@ def test_merged_centres_free_their_slot(assignment: str, seed: int) -> None:
     m = model(n_clusters=5, assignment=assignment, random_state=seed).fit(X)
     assert adjusted_rand_score(best.labels_, m.labels_) == 1.0
     assert m.inertia_ <= best.inertia_ * (1 + 1e-4)
+
+
+@pytest.mark.parametrize("shape", [(2, 100_000), (3, 8_000)])
+def test_wide_data_fit_without_a_features_by_features_matrix(shape: tuple[int, int]) -> None:
+    # A (d, d) covariance of 2 x 100 000 data would take 80 GB: the fit runs in a process
+    # whose address space is capped far below that, and its every map still fits.
+    code = f"""
+import resource, numpy as np
+from rbfkm_engine import RBFKMeans
+X = np.random.default_rng(0).normal(size={shape}).astype(np.float32)
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+for assignment in ("entmax15", "softmax", "hard"):
+    m = RBFKMeans(2, assignment=assignment, random_state=0, device="cpu").fit(X)
+    assert sorted(np.bincount(m.labels_, minlength=2).tolist())[0] >= 1, m.labels_
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

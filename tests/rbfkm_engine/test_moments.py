@@ -5,9 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rbfkm_engine.moments import largest_eigenvalue, weighted_covariance, weighted_mean
+from rbfkm_engine.moments import (
+    SMALL_COVARIANCE,
+    covariance_fits,
+    data_largest_eigenvalue,
+    largest_eigenvalue,
+    weighted_covariance,
+    weighted_mean,
+)
 
+from .conftest import examples
 from .test_temperature import anisotropic_data
 
 
@@ -72,3 +82,45 @@ def test_largest_eigenvalue_large_dimension(top_direction: str) -> None:
         cov[0, 1] = cov[1, 0] = -5.0
     expected = 5.0 if top_direction == "generic" else 10.0
     assert largest_eigenvalue(cov) == pytest.approx(expected, rel=1e-6)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(
+    n=st.integers(1, 12),
+    d=st.sampled_from((1, 2, 3, 40, SMALL_COVARIANCE + 1, 300, 700)),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_data_largest_eigenvalue_equals_the_covariances(
+    n: int, d: int, weighted: bool, seed: int
+) -> None:
+    # Lanczos on X itself (no (d, d) matrix) against eigvalsh of the covariance.
+    rng = np.random.default_rng(seed)
+    X = torch.from_numpy(rng.normal(size=(n, d)) * rng.uniform(0.1, 3.0, size=d))
+    w = torch.from_numpy(rng.uniform(0.1, 2.0, size=n)) if weighted else None
+    mean = weighted_mean(X, w)
+    expected = largest_eigenvalue(weighted_covariance(X, w, mean=mean))
+    got = data_largest_eigenvalue(X, w, mean)
+    assert got == pytest.approx(expected, rel=1e-8, abs=1e-12)
+
+
+def test_data_largest_eigenvalue_of_constant_data_is_zero() -> None:
+    X = torch.full((5, 7), 3.0, dtype=torch.float64)
+    assert data_largest_eigenvalue(X, None, weighted_mean(X)) == 0.0
+
+
+def test_covariance_fits_only_when_it_is_no_larger_than_x() -> None:
+    assert covariance_fits(100, 100) and covariance_fits(1000, 8)
+    assert not covariance_fits(3, 8000) and not covariance_fits(2, 100_000)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+def test_moments_never_write_to_the_data(dtype: torch.dtype) -> None:
+    rng = np.random.default_rng(5)
+    X = torch.from_numpy(rng.normal(3.0, 1.0, size=(4, SMALL_COVARIANCE + 44))).to(dtype)
+    w = torch.from_numpy(rng.uniform(0.5, 2.0, size=4)).to(dtype)
+    before = X.clone()
+    mean = weighted_mean(X, w)
+    weighted_covariance(X, w, mean=mean)
+    data_largest_eigenvalue(X, w, mean)
+    torch.testing.assert_close(X, before, rtol=0, atol=0)
