@@ -85,13 +85,6 @@ _PRODUCT_BLOCK_BYTES = 4 * 1024 * 1024
 SMALL_COVARIANCE = 256
 
 
-def covariance_fits(n_samples: int, n_features: int) -> bool:
-    """Whether the ``(d, d)`` covariance has no more entries than ``X``: the fit forms it
-    only then; wider data get their largest eigenvalue from ``X`` itself
-    (:func:`data_largest_eigenvalue`), so no fit holds more than a small multiple of ``X``."""
-    return n_features <= n_samples
-
-
 def data_largest_eigenvalue(
     X: torch.Tensor, sample_weight: torch.Tensor | None, mean: torch.Tensor
 ) -> float:

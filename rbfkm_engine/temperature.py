@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from .frame import squared_in_fit_units
+from .memory import covariance_fits
 from .moments import (
-    covariance_fits,
     data_largest_eigenvalue,
     largest_eigenvalue,
     weighted_covariance,
@@ -150,7 +150,7 @@ def schedule_for(
     """The temperatures of a fit with the estimator's ``params`` (empty for hard or
     constant data), and the weighted covariance when an ``"auto"`` temperature needed it
     and it has no more entries than ``X`` (a grown fit's first twin uses it; wider data
-    get ``lambda_max`` without it, see :func:`~rbfkm_engine.moments.covariance_fits`).
+    get ``lambda_max`` without it, see :func:`~rbfkm_engine.memory.covariance_fits`).
 
     ``X`` is in the fit's frame: the data times ``scale``, so explicit temperatures
     (squared distances) are taken times ``scale**2``; ``mean``: of ``X``, float64.

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from rbfkm_engine.moments import (
     SMALL_COVARIANCE,
-    covariance_fits,
     data_largest_eigenvalue,
     largest_eigenvalue,
     weighted_covariance,
@@ -107,11 +106,6 @@ def test_data_largest_eigenvalue_equals_the_covariances(
 def test_data_largest_eigenvalue_of_constant_data_is_zero() -> None:
     X = torch.full((5, 7), 3.0, dtype=torch.float64)
     assert data_largest_eigenvalue(X, None, weighted_mean(X)) == 0.0
-
-
-def test_covariance_fits_only_when_it_is_no_larger_than_x() -> None:
-    assert covariance_fits(100, 100) and covariance_fits(1000, 8)
-    assert not covariance_fits(3, 8000) and not covariance_fits(2, 100_000)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float64))

@@ -1,0 +1,77 @@
+"""How much memory a fit takes, from its shape alone: an upper bound to check a job against
+a worker's budget before it is queued.
+
+The terms follow the fit's allocations: the fit's copy of ``X`` (and a centred copy when
+the data are far from the origin), a few vectors per point (squared norms, nearest
+distances, labels), the blocked passes' buffers (:mod:`~rbfkm_engine.blocks`; twice as
+many columns while annealing, when every centre has a twin), the centres and their sums,
+the local search's per-centre arrays, and the covariance when it is formed
+(:func:`covariance_fits`). Imports no torch: the service's API process uses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .blocks import default_chunk_rows
+
+_ITEMSIZE = {"float32": 4, "float64": 8}
+#: ``(rows, columns)`` blocks a pass may hold at once: the reused distances and argmin keys,
+#: the soft maps' candidates, scores and responsibilities, and the M-step's and spread's
+#: weighted temporaries.
+_BLOCK_BUFFERS = 8
+#: ``(rows, d)`` temporaries a pass may hold at once: the M-step's scaled or gathered rows,
+#: the local search's projections.
+_ROW_BUFFERS = 3
+#: ``(k, d)`` float64 arrays a fit may hold at once: the centres, their M-step sums, the
+#: previous centres, the two halves of every cluster and the local search's candidates.
+_CENTRE_ARRAYS = 8
+
+
+def covariance_fits(n_samples: int, n_features: int) -> bool:
+    """Whether the ``(d, d)`` covariance has no more entries than ``X``: a fit forms it only
+    then; wider data get its largest eigenvalue from ``X`` itself, so no fit holds more
+    than a small multiple of ``X``."""
+    return n_features <= n_samples
+
+
+@dataclass(frozen=True)
+class FitMemory:
+    """Bytes a fit may hold at its peak, by what holds them (an upper bound)."""
+
+    data: int  # the fit's copies of X
+    points: int  # vectors of one value per point
+    blocks: int  # the blocked passes' buffers
+    centres: int  # centres, sums and per-centre arrays
+    covariance: int  # the (d, d) covariance, when formed
+
+    @property
+    def total(self) -> int:
+        return self.data + self.points + self.blocks + self.centres + self.covariance
+
+
+def fit_memory(
+    n_samples: int,
+    n_features: int,
+    n_clusters: int,
+    *,
+    assignment: str = "entmax15",
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> FitMemory:
+    """An upper bound of the memory ``RBFKMeans(n_clusters, assignment=..., dtype=...,
+    device=...).fit(X)`` allocates on its device for ``X`` of shape ``(n_samples,
+    n_features)``, beyond ``X`` itself and the libraries. Every map is bounded alike: hard
+    fits skip annealing but the bound does not count on it."""
+    n, d, k = n_samples, n_features, n_clusters
+    item = _ITEMSIZE[dtype]
+    columns = 2 * k + 16  # centres and twins while annealing; Lloyd pads to 16 columns
+    rows = min(n, default_chunk_rows(k, d, item, device))
+    annealed = assignment != "hard"
+    return FitMemory(
+        data=2 * n * d * item,  # converted to the compute dtype, then centred
+        points=n * (3 * item + 2 * 8),  # norms, distances, saved distances; two label arrays
+        blocks=(_BLOCK_BUFFERS * columns + _ROW_BUFFERS * d) * rows * item,
+        centres=_CENTRE_ARRAYS * k * d * 8 + 2 * k * k * 8 * annealed,
+        covariance=d * d * 8 if annealed and covariance_fits(n, d) else 0,
+    )

@@ -1,0 +1,70 @@
+"""The memory bound of a fit: its terms, and a real fit's peak under it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rbfkm_engine.memory import covariance_fits, fit_memory
+
+
+def test_covariance_fits_only_when_it_is_no_larger_than_x() -> None:
+    assert covariance_fits(100, 100) and covariance_fits(1000, 8)
+    assert not covariance_fits(3, 8000) and not covariance_fits(2, 100_000)
+
+
+def test_the_bound_grows_with_every_dimension_and_knows_the_covariance() -> None:
+    base = fit_memory(10_000, 16, 32).total
+    assert fit_memory(20_000, 16, 32).total > base
+    assert fit_memory(10_000, 32, 32).total > base
+    assert fit_memory(10_000, 16, 64).total > base
+    assert fit_memory(10_000, 16, 32, dtype="float64").total > base
+    assert fit_memory(10_000, 16, 32).covariance == 16 * 16 * 8
+    assert fit_memory(10_000, 16, 32, assignment="hard").covariance == 0
+    wide = fit_memory(2, 100_000, 2)
+    assert wide.covariance == 0 and wide.total < 64 << 20  # no (d, d) matrix: 80 GB
+
+
+def test_memory_imports_without_torch() -> None:
+    code = "import sys, rbfkm_engine.memory; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+MEASURE = """
+import gc, resource, sys, warnings
+import numpy as np
+from rbfkm_engine import RBFKMeans
+from rbfkm_engine.memory import fit_memory
+n, d, k, assignment, offset = {args}
+X = np.random.default_rng(0).normal(size=(n, d)) + offset  # float64: the fit converts it
+warnings.simplefilter("ignore")
+RBFKMeans(2, assignment=assignment, random_state=0, device="cpu", max_iter=3).fit(X[:50])
+gc.collect()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+RBFKMeans(k, assignment=assignment, random_state=0, device="cpu").fit(X)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+print(grown, fit_memory(n, d, k, assignment=assignment).total)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (100_000, 32, 64, "entmax15", 0.0),
+        (50_000, 8, 50, "entmax15", 1e3),  # far from the origin: a centred copy
+        (2_000, 4_000, 16, "softmax", 0.0),  # wider than long: no covariance
+        (100_000, 32, 64, "hard", 0.0),
+    ],
+)
+def test_a_fits_peak_memory_stays_under_the_bound(args: tuple) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE.format(args=args)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    grown, bound = (int(value) for value in out.split())
+    assert grown <= bound, (grown / 2**20, bound / 2**20)
