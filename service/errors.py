@@ -84,3 +84,16 @@ class IdempotencyKeyInProgress(ServiceError):
 
 class IdempotencyKeyContended(ServiceError):
     """An ``Idempotency-Key`` whose marker kept changing under the request (retry)."""
+
+
+class UploadInterrupted(ServiceError):
+    """The client closed the connection before its body was complete (nothing is stored)."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(
+            f"the client closed the connection after {received} bytes of the body; "
+            "nothing was stored",
+            field="body",
+            message="incomplete body",
+        )
+        self.received = received

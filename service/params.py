@@ -176,6 +176,20 @@ def _one_message(constraints: list[Constraint]) -> BeforeValidator:
     return BeforeValidator(check)
 
 
+def _integral_float_to_int(value: Any) -> Any:
+    """``3.0`` as ``3``: JSON Schema's ``integer`` admits a number with no fraction, and so
+    does the API (strings and booleans stay refused: the int fields are strict)."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _integer_only(constraints: list[Constraint]) -> bool:
+    """Whether the numbers a parameter takes are integers (an int interval, no float one)."""
+    intervals = [c for c in constraints if isinstance(c, Interval)]
+    return bool(intervals) and all(c.kind == "int" for c in intervals)
+
+
 def field_for(name: str, exposed: Exposed) -> tuple[Any, FieldInfo]:
     """The pydantic type and field of engine parameter ``name`` as a job sets it."""
     constraints = [
@@ -187,6 +201,8 @@ def field_for(name: str, exposed: Exposed) -> tuple[Any, FieldInfo]:
     annotation: Any = types[0] if len(types) == 1 else Union[tuple(types)]  # noqa: UP007
     if len([c for c in kept if not isinstance(c, NoneValue)]) > 1:  # a number or "auto", ...
         annotation = Annotated[annotation, _one_message(kept)]
+    if _integer_only(kept):  # the outermost "before" validator runs first
+        annotation = Annotated[annotation, BeforeValidator(_integral_float_to_int)]
     return annotation, Field(default=exposed.default, description=exposed.description)
 
 

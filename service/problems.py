@@ -9,6 +9,7 @@ rendered in the same shape, so clients parse one format.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, NamedTuple
@@ -18,6 +19,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.routing import Match, Mount
 
 from service.errors import (
     BodyTooLarge,
@@ -30,6 +34,7 @@ from service.errors import (
     ResultNotFound,
     ServiceError,
     UnsupportedMediaType,
+    UploadInterrupted,
 )
 
 logger = logging.getLogger(__name__)
@@ -44,6 +49,13 @@ _TYPE_PREFIX = "urn:rbfkm:problem:"
 #: enough that a longer wait would only add latency.
 RETRY_AFTER_S = 1
 RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_S)}
+
+
+#: The status of a request whose client went away before sending all of it (nginx's 499).
+CLIENT_CLOSED_REQUEST = 499
+_TITLES = {CLIENT_CLOSED_REQUEST: "Client Closed Request"}
+#: The methods a path may answer; OPTIONS says which (every path answers OPTIONS itself).
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 class _Problem(NamedTuple):
@@ -65,10 +77,13 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     ResultNotFound: _Problem(
         404, "result-not-found", hint="; the result files were deleted or have expired"
     ),
-    InvalidIdempotencyKey: _Problem(400, "invalid-idempotency-key"),
+    # 422 like every other invalid field (the route's header constraint says the same).
+    InvalidIdempotencyKey: _Problem(422, "invalid-idempotency-key"),
     IdempotencyKeyReused: _Problem(422, "idempotency-key-reused"),
     IdempotencyKeyInProgress: _Problem(409, "idempotency-key-in-progress", retry=True),
     IdempotencyKeyContended: _Problem(409, None, retry=True),
+    # nginx's "client closed request": nobody reads it, but logs and metrics count it apart.
+    UploadInterrupted: _Problem(CLIENT_CLOSED_REQUEST, "client-closed-request"),
 }
 
 
@@ -114,7 +129,7 @@ def problem_body(
     try:
         title = HTTPStatus(status).phrase
     except ValueError:
-        title = "Error"
+        title = _TITLES.get(status, "Error")
     return {
         "type": _TYPE_PREFIX + kind if kind else "about:blank",
         "title": title,
@@ -209,19 +224,99 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the request's path answers, in `_METHODS` order; empty for a path that a
+    mount serves (it answers for itself).
+
+    The router's own 405 names the methods of the first route that matches the path only
+    (`GET` for `/v1/jobs/{id}`, whose `DELETE` is another route), so every method is tried
+    against every route here. A path that a more general template also matches is the
+    resource of its most specific documented template (`/v1/jobs/dead-letters` is not a
+    job, though `DELETE /v1/jobs/{job_id}` would take it).
+    """
+    path = request.scope["path"]
+    root_path = request.scope.get("root_path", "")
+    allowed = []
+    for method in _METHODS:
+        probe = {"type": "http", "method": method, "path": path, "root_path": root_path}
+        for route in request.app.router.routes:
+            match, _ = route.matches({**probe, "headers": []})
+            if match is Match.FULL:
+                if isinstance(route, Mount):
+                    return []
+                allowed.append(method)
+                break
+    documented = _documented_methods(request.app, path.removeprefix(root_path) or "/")
+    if documented is None:
+        return allowed
+    return [m for m in allowed if m in documented or m == "HEAD"]
+
+
+def _documented_methods(app: FastAPI, path: str) -> set[str] | None:
+    """The methods the OpenAPI document gives the most specific template matching `path`
+    (None if none does: an undocumented route)."""
+    best: tuple[int, set[str]] | None = None
+    for template, operations in app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\{[^}]+\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            params = template.count("{")
+            if best is None or params < best[0]:
+                best = (params, {method.upper() for method in operations})
+    return None if best is None else best[1]
+
+
+#: FastAPI's 400 for a JSON body it could not read for a reason other than its syntax.
+_UNREADABLE_BODY = "There was an error parsing the body"
+
+
+def _unreadable_body(request: Request, cause: BaseException | None) -> JSONResponse:
+    """The problem of a JSON body FastAPI could not read (its own 400 says no more)."""
+    if isinstance(cause, ClientDisconnect):
+        logger.warning(
+            "%s %s: the client disconnected before its body was complete",
+            request.method,
+            request.url.path,
+        )
+        return problem_response(
+            CLIENT_CLOSED_REQUEST,
+            "the client closed the connection before the body was complete",
+            kind="client-closed-request",
+            instance=request.url.path,
+        )
+    if isinstance(cause, UnicodeDecodeError):
+        reason = "it is not UTF-8 text"
+    elif isinstance(cause, RecursionError):
+        reason = "it is nested too deeply"
+    elif isinstance(cause, ValueError):  # Python's limit on the digits of an integer
+        reason = "it holds a number too long to read (over 4300 digits)"
+    else:
+        reason = "it could not be read"
+    return problem_response(
+        422,
+        f"the body is not valid JSON: {reason}",
+        kind="validation",
+        errors=[{"field": "body", "message": reason}],
+        instance=request.url.path,
+    )
+
+
+async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 400 and detail == _UNREADABLE_BODY:
+        return _unreadable_body(request, exc.__cause__)
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no route matches {request.method} {request.url.path}"
     elif exc.status_code == 405:
+        allowed = allowed_methods(request)
+        if allowed:
+            headers["Allow"] = ", ".join([*allowed, "OPTIONS"])
+            if request.method == "OPTIONS":
+                # The path exists and OPTIONS asks what it answers (RFC 9110 9.3.7).
+                return Response(status_code=204, headers=headers)
         detail = f"{request.method} is not allowed on {request.url.path}"
-    return problem_response(
-        exc.status_code,
-        detail,
-        instance=request.url.path,
-        headers=dict(exc.headers or {}),
-    )
+    return problem_response(exc.status_code, detail, instance=request.url.path, headers=headers)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -229,6 +324,16 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(
         500, "internal error; the server log has the details", instance=request.url.path
     )
+
+
+def _documents_own_body(response: dict[str, Any]) -> bool:
+    """Whether an error response documents a body of its own (`/readyz`'s 503 is a Health),
+    not a problem or FastAPI's default validation error."""
+    for media in response.get("content", {}).values():
+        ref = media.get("schema", {}).get("$ref", "")
+        if ref and not ref.endswith(("/Problem", "/HTTPValidationError")):
+            return True
+    return False
 
 
 def _document_problems(app: FastAPI) -> None:
@@ -243,7 +348,7 @@ def _document_problems(app: FastAPI) -> None:
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 for code, response in operation.get("responses", {}).items():
-                    if code[:1] not in ("4", "5"):
+                    if code[:1] not in ("4", "5") or _documents_own_body(response):
                         continue
                     response["content"] = {PROBLEM_JSON: {"schema": problem_ref}}
         components = schema.get("components", {}).get("schemas", {})

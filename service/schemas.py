@@ -7,12 +7,18 @@ so the OpenAPI document is generated from them, with examples.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.jobs import JobStatus
 from service.params import EngineFields, engine_fields, model_with
+from service.uploads import FLOAT32_MAX, NAME_MAX_LENGTH
+
+#: A value of a dataset: what the parser keeps (finite, within float32's range).
+Value = Annotated[float, Field(ge=-FLOAT32_MAX, le=FLOAT32_MAX, allow_inf_nan=False)]
+#: A row of a dataset: at least one value (rows of equal length, which a schema cannot say).
+Row = Annotated[list[Value], Field(min_length=1)]
 
 
 class Problem(BaseModel):
@@ -58,8 +64,12 @@ class DatasetInline(BaseModel):
         json_schema_extra={"examples": [{"data": [[0.0, 1.0], [0.5, 1.5]], "name": "toy"}]},
     )
 
-    data: list[list[float]] = Field(description="Rows of equal length; numbers only.")
-    name: str | None = Field(default=None, max_length=200)
+    data: list[Row] = Field(
+        min_length=1,
+        description="At least one row; rows of equal length, of finite numbers within "
+        "float32's range (+-3.4e38).",
+    )
+    name: str | None = Field(default=None, max_length=NAME_MAX_LENGTH)
 
 
 class Dataset(BaseModel):

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
+import logging
 import os
-import re
 import tempfile
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,13 @@ import numpy as np
 
 from service.errors import BodyTooLarge, InvalidDataset, UnsupportedMediaType
 
+logger = logging.getLogger(__name__)
+
 JSON = "application/json"
 CSV = "text/csv"
+#: CSV whose first row is a header, or is not (RFC 4180's ``header`` parameter; ``?header=``).
+CSV_HEADER = "text/csv; header=present"
+CSV_NO_HEADER = "text/csv; header=absent"
 NPY = "application/x-npy"
 PARQUET = "application/vnd.apache.parquet"
 CONTENT_TYPES: dict[str, str] = {
@@ -38,20 +44,42 @@ CONTENT_TYPES: dict[str, str] = {
 }
 _FINITE_BLOCK = 1 << 22  # elements checked per block: bounded extra memory
 #: Values beyond this (float32's largest) would not survive the workers' float32 fit.
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: Every .npy file starts with this (the format version follows).
 _NPY_MAGIC = b"\x93NUMPY"
+#: A Parquet file starts and ends with this.
+_PARQUET_MAGIC = b"PAR1"
+#: The longest dataset name (JSON ``name``, ``?name=``).
+NAME_MAX_LENGTH = 200
+#: Digits of the longest integer a JSON body may hold (float32 holds at most 3.4e38).
+_MAX_INT_DIGITS = 39
+#: How much of an offending value an error message quotes.
+_QUOTE = 40
 
 
-def media_type(content_type: str | None) -> str:
-    """The supported media type named by a Content-Type header (UnsupportedMediaType if none)."""
-    base = (content_type or "").split(";", 1)[0].strip().lower()
+def media_type(content_type: str | None, header: bool | None = None) -> str:
+    """The supported media type named by a Content-Type header (UnsupportedMediaType if none).
+
+    For CSV, whether the first row is a header: ``header`` (the ``?header=`` query), else
+    the Content-Type's own ``header=present|absent`` parameter (RFC 4180), else detected
+    from the data (:func:`parse_csv`). Other types ignore both.
+    """
+    base, _, params = (content_type or "").partition(";")
+    base = base.strip().lower()
     if base not in CONTENT_TYPES:
         raise UnsupportedMediaType(
             f"unsupported Content-Type {base or '(none)'!r}; send one of "
             f"{', '.join(sorted({JSON, CSV, NPY, PARQUET}))}"
         )
-    return CONTENT_TYPES[base]
+    media = CONTENT_TYPES[base]
+    if media != CSV:
+        return media
+    if header is None:
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "header":
+                header = {"present": True, "absent": False}.get(value.strip().strip('"').lower())
+    return {None: CSV, True: CSV_HEADER, False: CSV_NO_HEADER}[header]
 
 
 @dataclass
@@ -126,9 +154,17 @@ class Parsed:
 
 
 def parse(path: Path, media: str) -> Parsed:
-    """Parse a spooled body by media type and validate it (2-D, numeric, finite, non-empty)."""
-    parser = {JSON: parse_json, CSV: parse_csv, NPY: parse_npy, PARQUET: parse_parquet}[media]
-    parsed = parser(path)
+    """Parse a spooled body by media type (one :func:`media_type` returns) and validate it
+    (2-D, numeric, finite, non-empty)."""
+    parsers: dict[str, Callable[[Path], Parsed]] = {
+        JSON: parse_json,
+        CSV: parse_csv,
+        CSV_HEADER: lambda body: parse_csv(body, header=True),
+        CSV_NO_HEADER: lambda body: parse_csv(body, header=False),
+        NPY: parse_npy,
+        PARQUET: parse_parquet,
+    }
+    parsed = parsers[media](path)
     check_array(parsed.array)
     return parsed
 
@@ -151,9 +187,9 @@ def check_array(array: np.ndarray) -> None:
         if block.dtype.itemsize > 4:
             _reject_first(
                 block,
-                np.abs(block) > _FLOAT32_MAX,
+                np.abs(block) > FLOAT32_MAX,
                 start,
-                f"values must lie within +-{_FLOAT32_MAX:.3g}, the float32 range the workers "
+                f"values must lie within +-{FLOAT32_MAX:.3g}, the float32 range the workers "
                 "fit in (k-means is scale-invariant: scale the data)",
             )
 
@@ -180,13 +216,51 @@ def _float_dtype(dtype: np.dtype) -> np.dtype:
     raise InvalidDataset(f"the data must be numeric; got dtype {dtype}")
 
 
+def _quote(text: str) -> str:
+    """A value as an error message quotes it: repr, cut to a readable length."""
+    return repr(text if len(text) <= _QUOTE else text[:_QUOTE] + "...")
+
+
+class _OutOfRange(str):
+    """A JSON number too large for float32 (kept as its text, to name it in the error)."""
+
+
+def _json_int(text: str) -> int | _OutOfRange:
+    # Python refuses to convert integers of over 4300 digits (and a float would be inf):
+    # anything beyond float32's range is refused with its place instead.
+    return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else _OutOfRange(text)
+
+
+def _json_float(text: str) -> float | _OutOfRange:
+    value = float(text)  # "1e999" is inf here; JSON's own Infinity goes to parse_constant
+    return _OutOfRange(text) if value in (np.inf, -np.inf) else value
+
+
+def _json_error(exc: ValueError) -> str:
+    """What is wrong with a body that is not JSON, counting from 0 like every message."""
+    if isinstance(exc, json.JSONDecodeError):
+        return (
+            f"the body is not valid JSON: {exc.msg.lower()} at line {exc.lineno - 1}, "
+            f"column {exc.colno - 1} (character {exc.pos}; lines, columns and characters "
+            "count from 0)"
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        return (
+            f"the body is not valid JSON: byte {exc.start} is not {exc.encoding.upper()} text "
+            "(bytes count from 0); send UTF-8"
+        )
+    return "the body is not valid JSON"
+
+
 def parse_json(path: Path) -> Parsed:
     """`{"data": [[...], ...], "name": ...}`: rows of equal length, numbers only."""
     try:
         with path.open("rb") as fh:
-            body = json.load(fh)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise InvalidDataset(f"the body is not valid JSON: {exc}") from None
+            body = json.load(fh, parse_int=_json_int, parse_float=_json_float)
+    except RecursionError:
+        raise InvalidDataset("the body is not valid JSON: it is nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
+        raise InvalidDataset(_json_error(exc)) from None
     if not isinstance(body, dict) or "data" not in body:
         raise InvalidDataset('the JSON body must be an object {"data": [[...], ...], "name": ...}')
     unknown = sorted(set(body) - {"data", "name"})
@@ -195,8 +269,10 @@ def parse_json(path: Path) -> Parsed:
             f"unknown fields {unknown}; allowed: data, name", field=f"body.{unknown[0]}"
         )
     name = body.get("name")
-    if name is not None and not isinstance(name, str):
-        raise InvalidDataset("name must be a string", field="body.name")
+    if name is not None and (type(name) is not str or len(name) > NAME_MAX_LENGTH):
+        raise InvalidDataset(
+            f"name must be a string of at most {NAME_MAX_LENGTH} characters", field="body.name"
+        )
     rows = body["data"]
     if not isinstance(rows, list) or not rows:
         raise InvalidDataset("data must be a non-empty list of rows", field="body.data")
@@ -213,19 +289,27 @@ def parse_json(path: Path) -> Parsed:
                 field=f"body.data[{i}]",
             )
         for j, value in enumerate(row):
+            if type(value) is _OutOfRange:
+                raise InvalidDataset(
+                    f"row {i}, column {j} is {_quote(value)}; values must lie within "
+                    f"+-{FLOAT32_MAX:.3g}, the float32 range the workers fit in (k-means is "
+                    "scale-invariant: scale the data); rows and columns count from 0",
+                    field=f"body.data[{i}][{j}]",
+                )
             if type(value) is not float and type(value) is not int:
                 raise InvalidDataset(
                     f"row {i}, column {j} is {value!r}; values must be numbers",
                     field=f"body.data[{i}][{j}]",
                 )
-    try:
-        array = np.array(rows, dtype=np.float64)
-    except OverflowError:
-        raise InvalidDataset("a value is too large for a 64-bit float") from None
-    return Parsed(array, name=name)
+    return Parsed(np.array(rows, dtype=np.float64), name=name)
 
 
-def _is_number(text: str) -> bool:
+def _number(text: str) -> bool:
+    """Whether a CSV field is a number as the CSV reader reads one: decimal, ASCII digits
+    (Python's float() also takes "1_000" and other scripts' digits; numpy does not)."""
+    text = text.strip()
+    if not text.isascii() or "_" in text:
+        return False
     try:
         float(text)
     except ValueError:
@@ -233,24 +317,82 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _first_line(path: Path) -> tuple[str, int]:
-    """The first non-blank line and how many lines it takes to get past it."""
+def _csv_fields(line: str) -> list[str] | None:
+    """The fields of a CSV line, None for a line the reader skips (blank, or a # comment)."""
+    content = line.split("#", 1)[0]
+    return content.split(",") if content.strip() else None
+
+
+def _csv_header(path: Path) -> tuple[list[str] | None, int]:
+    """The fields of the first row and how many lines it takes to get past it."""
     with path.open("r", encoding="utf-8-sig", newline="") as fh:
         for count, line in enumerate(fh, start=1):
-            if line.strip():
-                return line, count
-    return "", 0
+            fields = _csv_fields(line)
+            if fields is not None:
+                return fields, count
+    return None, 0
 
 
-def parse_csv(path: Path) -> Parsed:
-    """Comma-separated numbers; a first row with any non-number is taken as a header."""
+def _csv_problem(path: Path, skip: int, header: bool | None) -> InvalidDataset:
+    """Where a CSV the reader refused goes wrong: the first ragged row, non-number or
+    non-UTF-8 byte, by row and column counted from 0 (as every message does), in the
+    service's words rather than numpy's."""
+    where = " after the header row" if skip else ""
     try:
-        first, lines = _first_line(path)
-    except UnicodeDecodeError as exc:
-        raise InvalidDataset(f"the CSV is not UTF-8 text: {exc}") from None
-    fields = [field.strip() for field in first.split(",")]
-    header = any(field and not _is_number(field) for field in fields)
-    skip = lines if header else 0
+        return _csv_first_bad(path, skip, header, where) or InvalidDataset(
+            "the CSV is not comma-separated decimal numbers"
+        )
+    except UnicodeDecodeError:
+        return InvalidDataset(_NOT_UTF8)
+
+
+_NOT_UTF8 = "the CSV is not UTF-8 text; send it encoded as UTF-8"
+
+
+def _csv_first_bad(path: Path, skip: int, header: bool | None, where: str) -> InvalidDataset | None:
+    width: int | None = None
+    with path.open("r", encoding="utf-8-sig", newline="") as fh:
+        rows = (f for f in map(_csv_fields, itertools.islice(fh, skip, None)) if f is not None)
+        for i, fields in enumerate(rows):
+            if width is None:
+                width = len(fields)
+            elif len(fields) != width:
+                return InvalidDataset(
+                    f"row {i} has {len(fields)} values but row 0 has {width}; rows must be of "
+                    f"equal length (rows and columns count from 0{where})",
+                    field=f"body.data[{i}]",
+                )
+            for j, value in enumerate(fields):
+                if _number(value):
+                    continue
+                hint = ""
+                if i == 0 and not skip:
+                    hint = "; send ?header=true if the first row is a header"
+                    if header is None:
+                        hint = (
+                            "; a first row is taken as a header only when none of its fields "
+                            "is a number: send ?header=true if it is one"
+                        )
+                return InvalidDataset(
+                    f"row {i}, column {j} is {_quote(value.strip())}; values must be decimal "
+                    f"numbers (rows and columns count from 0{where}){hint}",
+                    field=f"body.data[{i}][{j}]",
+                )
+    return None
+
+
+def parse_csv(path: Path, header: bool | None = None) -> Parsed:
+    """Comma-separated numbers, one row a line (blank lines and ``#`` comments skipped).
+
+    The first row is a header when ``header`` says so, or (``header`` None) when none of its
+    fields is a number: a row such as ``0x10,2`` is data with a bad value, never a header.
+    """
+    try:
+        first, lines = _csv_header(path)
+    except UnicodeDecodeError:
+        raise InvalidDataset(_NOT_UTF8) from None
+    detected = first is not None and not any(_number(field) for field in first)
+    skip = lines if (detected if header is None else header) else 0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "no data": reported below
@@ -258,10 +400,38 @@ def parse_csv(path: Path) -> Parsed:
                 path, delimiter=",", skiprows=skip, dtype=np.float64, ndmin=2, encoding="utf-8-sig"
             )
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidDataset(f"the CSV is not numeric: {exc}") from None
-    if header and array.size == 0:
+        logger.debug("the CSV reader refused a body: %s", exc)
+        raise _csv_problem(path, skip, header) from None
+    if skip and array.size == 0:
         raise InvalidDataset("the CSV has a header row but no data rows")
     return Parsed(np.ascontiguousarray(array))
+
+
+def _npy_problem(path: Path) -> str:
+    """Why numpy cannot read a body that starts like a .npy file, in the service's words."""
+    fmt = np.lib.format
+    with path.open("rb") as fh:
+        try:
+            version = fmt.read_magic(fh)
+        except ValueError:
+            return "its header is truncated"
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            return f"its format version {version[0]}.{version[1]} is unknown (numpy writes 1.0-3.0)"
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        try:
+            shape, _, dtype = read(fh)
+        except (ValueError, SyntaxError, TypeError):
+            return "its header is truncated or malformed (it must be the dict numpy.save writes)"
+        if dtype.hasobject:
+            return "it holds Python objects; send a numeric array"
+        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        held = path.stat().st_size - fh.tell()
+    if held < expected:
+        return (
+            f"its header declares shape {tuple(shape)} of {dtype} ({expected} bytes of data) but "
+            f"the body holds {held}: the upload is truncated"
+        )
+    return "it cannot be read as one array"
 
 
 def parse_npy(path: Path) -> Parsed:
@@ -276,8 +446,10 @@ def parse_npy(path: Path) -> Parsed:
         )
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise InvalidDataset(f"the body is not a readable .npy file: {exc}") from None
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+        logger.debug("numpy refused a .npy body: %s", exc)
+        reason = _npy_problem(path)
+        raise InvalidDataset(f"the body is not a readable .npy file: {reason}") from None
     if not isinstance(array, np.ndarray):
         raise InvalidDataset("the body is not a .npy file holding one array")
     if array.ndim != 2:
@@ -289,17 +461,36 @@ def parse_npy(path: Path) -> Parsed:
     return Parsed(np.ascontiguousarray(array, dtype=target))
 
 
+def _is_parquet(path: Path) -> bool:
+    """Whether a body starts and ends with Parquet's magic bytes."""
+    size = path.stat().st_size
+    if size < 2 * len(_PARQUET_MAGIC):
+        return False
+    with path.open("rb") as fh:
+        head = fh.read(len(_PARQUET_MAGIC))
+        fh.seek(size - len(_PARQUET_MAGIC))
+        return head == fh.read(len(_PARQUET_MAGIC)) == _PARQUET_MAGIC
+
+
 def parse_parquet(path: Path) -> Parsed:
     """Numeric columns of a Parquet file, no nulls; float32 if every column is float32."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if not _is_parquet(path):
+        raise InvalidDataset(
+            "the body is not a Parquet file (it does not start and end with the magic bytes "
+            "PAR1): send the bytes a Parquet writer writes, or another Content-Type"
+        )
     try:
         table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        # Arrow names the file it read: the server's spool file, nothing the client sent.
-        reason = re.sub(rf"\s*'?{re.escape(str(path))}'?", "", str(exc))
-        raise InvalidDataset(f"the body is not a readable Parquet file: {reason}") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        # Arrow's words name the server's spool file and its own internals: logged, not sent.
+        logger.debug("Arrow refused a Parquet body: %s", exc)
+        raise InvalidDataset(
+            "the body is not a readable Parquet file: its footer, schema or column data is "
+            "corrupt or truncated"
+        ) from None
     for field in table.schema:
         kind = field.type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):

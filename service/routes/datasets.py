@@ -9,9 +9,9 @@ from starlette.concurrency import run_in_threadpool
 
 from service.deps import Datasets, Uploads, require_api_key
 from service.problems import not_found
-from service.routes.bodies import DATASET_BODY, Limit, Offset, problems
+from service.routes.bodies import DATASET_BODY, CsvHeader, Limit, Offset, problems, spool_body
 from service.schemas import Dataset, DatasetList
-from service.uploads import media_type
+from service.uploads import NAME_MAX_LENGTH, media_type
 
 router = APIRouter(
     prefix="/v1/datasets",
@@ -28,7 +28,8 @@ router = APIRouter(
     summary="Upload a dataset",
     description=(
         'The body is the dataset: JSON `{"data": [[...]], "name": ...}`, CSV (numbers, an '
-        "optional header row), a `.npy` file or a Parquet file (numeric columns). The body is "
+        "optional header row: `header`), a `.npy` file or a Parquet file (numeric columns). "
+        "Errors name the row and column, counting from 0. The body is "
         "streamed to disk, never held in memory. `201` with `Location`; the same bytes (and "
         "`name`) uploaded again answer `200` with the stored dataset."
     ),
@@ -41,11 +42,12 @@ async def create_dataset(
     datasets: Datasets,
     uploads: Uploads,
     name: Annotated[
-        str | None, Query(max_length=200, description="Name (for non-JSON bodies).")
+        str | None, Query(max_length=NAME_MAX_LENGTH, description="Name (for non-JSON bodies).")
     ] = None,
+    header: CsvHeader = None,
 ) -> dict:
-    media = media_type(request.headers.get("content-type"))
-    upload = await uploads.spool(request.stream(), request.headers.get("content-length"))
+    media = media_type(request.headers.get("content-type"), header)
+    upload = await spool_body(request, uploads)
     meta, created = await run_in_threadpool(datasets.create, upload, media, name)
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"

@@ -19,11 +19,19 @@ from service.deps import (
     Uploads,
     require_api_key,
 )
+from service.idempotency import _MAX_KEY_LENGTH as MAX_KEY_LENGTH
 from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint
 from service.jobs import UNFINISHED, JobStatus
 from service.problems import RETRY_AFTER, ProblemError, not_found
-from service.routes.bodies import DATASET_BODY, Limit, Offset, problems
+from service.routes.bodies import (
+    DATASET_BODY,
+    CsvHeader,
+    Limit,
+    Offset,
+    problems,
+    spool_body,
+)
 from service.schemas import (
     RESULT_PARTS,
     DeadLetterList,
@@ -127,7 +135,12 @@ def create_job(
     idempotency: Idempotency,
     idempotency_key: Annotated[
         str | None,
-        Header(alias=IDEMPOTENCY_HEADER, description="Makes retries safe (1-255 characters)."),
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            min_length=1,
+            max_length=MAX_KEY_LENGTH,
+            description="Makes retries safe (1-255 characters; another length is a `422`).",
+        ),
     ] = None,
 ) -> JSONResponse:
     body_hash = fingerprint(body.model_dump(mode="json"))
@@ -231,25 +244,41 @@ def cancel_job(job_id: str, queue: Queue) -> JSONResponse:
     return JSONResponse(_job_body(job), headers=_job_headers(job))
 
 
-def _parts(include: list[str] | None, exclude: list[str] | None) -> set[str]:
-    """The large result parts to send: all, or `include` ones, minus `exclude` ones."""
+def _parts(request: Request) -> set[str]:
+    """The large result parts to send: all, or the `include`d ones (none for an empty list),
+    minus the `exclude`d ones; each a comma-separated list, or the parameter repeated."""
 
-    def split(values: list[str] | None, field: str) -> set[str] | None:
-        if values is None:
+    def split(field: str) -> set[str] | None:
+        values = request.query_params.getlist(field)
+        if not values:
             return None
         names = {name.strip() for value in values for name in value.split(",") if name.strip()}
         unknown = names - set(RESULT_PARTS)
         if unknown:
             raise ProblemError(
                 422,
-                f"unknown result parts {sorted(unknown)}; choose from {list(RESULT_PARTS)}",
+                f"unknown result parts {sorted(unknown)} in {field}; choose from "
+                f"{list(RESULT_PARTS)}, comma-separated",
                 kind="validation",
-                errors=[(f"query.{field}", f"unknown: {', '.join(sorted(unknown))}")],
+                errors=[(f"query.{field}", f"unknown: {', '.join(map(repr, sorted(unknown)))}")],
             )
         return names
 
-    chosen = split(include, "include")
-    return (set(RESULT_PARTS) if chosen is None else chosen) - (split(exclude, "exclude") or set())
+    chosen = split("include")
+    return (set(RESULT_PARTS) if chosen is None else chosen) - (split("exclude") or set())
+
+
+def _parts_parameter(name: str, description: str) -> dict[str, Any]:
+    """An OpenAPI query parameter that is a comma-separated list of result parts."""
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "style": "form",
+        "explode": False,
+        "schema": {"type": "array", "items": {"type": "string", "enum": list(RESULT_PARTS)}},
+    }
 
 
 def _listable(value: Any) -> Any:
@@ -263,18 +292,19 @@ def _listable(value: Any) -> Any:
     summary="The result of a succeeded job",
     description=(
         "`409` until the job has succeeded. `include=centroids,labels,history` keeps only "
-        "the named large parts, `exclude=labels` leaves parts out; the scalars are always sent."
+        "the named large parts, `exclude=labels` leaves parts out; the scalars are always sent. "
+        "Another part name is a `422`."
     ),
     responses=problems(404, 409, 422),
+    openapi_extra={
+        "parameters": [
+            _parts_parameter("include", "Parts to keep (comma-separated); omitted: all."),
+            _parts_parameter("exclude", "Parts to leave out (comma-separated)."),
+        ]
+    },
 )
-def get_result(
-    job_id: str,
-    queue: Queue,
-    results: Results,
-    include: Annotated[list[str] | None, Query(description="Parts to keep.")] = None,
-    exclude: Annotated[list[str] | None, Query(description="Parts to leave out.")] = None,
-) -> JSONResponse:
-    parts = _parts(include, exclude)
+def get_result(job_id: str, request: Request, queue: Queue, results: Results) -> JSONResponse:
+    parts = _parts(request)
     _succeeded_or_409(queue, job_id)
     summary = results.summary(job_id)
     body: dict[str, Any] = {
@@ -364,16 +394,21 @@ def _predict(model: Any, x: np.ndarray) -> dict[str, Any]:
     "/{job_id}/predict",
     response_model=Prediction,
     summary="Assign new points with the fitted model",
-    description="Same body types as `POST /v1/datasets`; nothing is stored.",
+    description="Same body types (and `header` for CSV) as `POST /v1/datasets`; nothing is stored.",
     responses=problems(404, 409, 413, 415, 422),
     openapi_extra=DATASET_BODY,
 )
 async def predict(
-    job_id: str, request: Request, queue: Queue, results: Results, uploads: Uploads
+    job_id: str,
+    request: Request,
+    queue: Queue,
+    results: Results,
+    uploads: Uploads,
+    header: CsvHeader = None,
 ) -> JSONResponse:
-    media = media_type(request.headers.get("content-type"))
+    media = media_type(request.headers.get("content-type"), header)
     await run_in_threadpool(_succeeded_or_409, queue, job_id)
-    upload = await uploads.spool(request.stream(), request.headers.get("content-length"))
+    upload = await spool_body(request, uploads)
 
     def work() -> dict[str, Any]:
         with parsed_upload(upload, media) as x:

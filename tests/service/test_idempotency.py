@@ -153,14 +153,25 @@ def _defaults() -> dict:
 
 
 @pytest.mark.parametrize("key", ["", "k" * 256])
-def test_a_bad_key_is_a_400(client: TestClient, key: str) -> None:
+def test_a_bad_key_is_a_documented_422(client: TestClient, key: str) -> None:
     meta = upload(client)
     body = {"dataset_id": meta["id"], "n_clusters": 2}
     response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": key})
-    problem = assert_problem(response, 400)
-    assert problem["type"].endswith("invalid-idempotency-key")
-    assert problem["errors"][0]["field"] == "header.idempotency-key"
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["field"].lower() == "header.idempotency-key"
     assert client.get("/v1/jobs").json()["total"] == 0
+    operation = client.get("/openapi.json").json()["paths"]["/v1/jobs"]["post"]
+    (param,) = [p for p in operation["parameters"] if p["name"] == "Idempotency-Key"]
+    (string,) = [s for s in param["schema"]["anyOf"] if s.get("type") == "string"]
+    assert (string["minLength"], string["maxLength"]) == (1, 255)
+    assert "400" not in operation["responses"] and "422" in operation["responses"]
+
+
+def test_the_longest_key_is_accepted(client: TestClient) -> None:
+    meta = upload(client)
+    body = {"dataset_id": meta["id"], "n_clusters": 2}
+    response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k" * 255})
+    assert response.status_code == 202, response.text
 
 
 def test_idempotency_is_scoped_per_api_key(secured: TestClient) -> None:

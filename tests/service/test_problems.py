@@ -22,9 +22,10 @@ from service.errors import (
     ResultNotFound,
     ServiceError,
     UnsupportedMediaType,
+    UploadInterrupted,
 )
 from service.problems import RETRY_AFTER, RETRY_AFTER_S, problem_of
-from tests.service.conftest import make_settings
+from tests.service.conftest import PROBLEM, make_settings
 
 DOMAIN_ERRORS = [
     cls
@@ -35,8 +36,8 @@ DOMAIN_ERRORS = [
 
 @pytest.mark.parametrize("cls", DOMAIN_ERRORS, ids=lambda cls: cls.__name__)
 def test_every_domain_error_has_an_http_form(cls: type[ServiceError]) -> None:
-    if cls is BodyTooLarge:
-        exc: ServiceError = BodyTooLarge(1)
+    if cls in (BodyTooLarge, UploadInterrupted):
+        exc: ServiceError = cls(1)
     elif cls in (DatasetNotFound, ResultNotFound):
         exc = cls("some-id")
     else:
@@ -55,7 +56,8 @@ def test_every_domain_error_has_an_http_form(cls: type[ServiceError]) -> None:
         (ResultNotFound("j"), 404, "result-not-found", [("path.job_id", "no stored result")]),
         (DatasetNotFound("d"), 404, "dataset-not-found", [("path.dataset_id", "unknown dataset")]),
         (InvalidIdempotencyKey("1 to 255", field="header.idempotency-key", message="length"),
-         400, "invalid-idempotency-key", [("header.idempotency-key", "length")]),
+         422, "invalid-idempotency-key", [("header.idempotency-key", "length")]),
+        (UploadInterrupted(10), 499, "client-closed-request", [("body", "incomplete body")]),
         (IdempotencyKeyReused("other body", field="f", message="m"), 422,
          "idempotency-key-reused", [("f", "m")]),
         (IdempotencyKeyInProgress("wait", field="f", message="m"), 409,
@@ -92,3 +94,19 @@ def test_one_retry_after_everywhere(tmp_path: Path) -> None:
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"
     assert response.json()["type"] == "urn:rbfkm:problem:redis-unavailable"
+
+
+def test_error_responses_with_a_body_of_their_own_keep_it(client: TestClient) -> None:
+    # /readyz's 503 is a Health body, not a problem: the document says so.
+    paths = client.get("/openapi.json").json()["paths"]
+    content = paths["/readyz"]["get"]["responses"]["503"]["content"]
+    assert content == {"application/json": {"schema": {"$ref": "#/components/schemas/Health"}}}
+    not_found = paths["/v1/jobs/{job_id}"]["get"]["responses"]["404"]["content"]
+    assert list(not_found) == [PROBLEM]
+
+
+def test_a_job_id_is_not_the_dead_letter_list(client: TestClient) -> None:
+    # DELETE /v1/jobs/{job_id} takes /v1/jobs/dead-letters, but that path is the list's.
+    response = client.options("/v1/jobs/dead-letters")
+    assert (response.status_code, response.headers["allow"]) == (204, "GET, OPTIONS")
+    assert client.options("/openapi.json").headers["allow"] == "GET, HEAD, OPTIONS"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from service.schemas import Job, JobCreate, Problem
+from service.schemas import DatasetInline, Job, JobCreate, Problem
 
 BASE = {"dataset_id": "d1", "n_clusters": 3}
 
@@ -46,7 +47,7 @@ def test_defaults_mirror_the_engine() -> None:
         ("random_state", 1.5),
         ("random_state", True),
         ("n_clusters", True),
-        ("n_clusters", 3.0),
+        ("n_clusters", 3.5),
         ("max_iter", "300"),
         ("sigma0", True),
         ("device", "tpu"),
@@ -76,6 +77,26 @@ def test_bad_parameters_name_the_field(field: str, value: object) -> None:
 )
 def test_good_parameters_pass(field: str, value: object) -> None:
     assert JobCreate(**{**BASE, field: value}).params()[field] == value
+
+
+@pytest.mark.parametrize("field", ["n_clusters", "max_iter", "n_init", "random_state"])
+def test_integers_written_with_a_zero_fraction_are_integers(field: str) -> None:
+    # JSON Schema's "integer" (what the OpenAPI document says) admits 3.0; so does the API.
+    value = JobCreate(**{**BASE, field: 3.0}).params()[field]
+    assert value == 3 and type(value) is int
+
+
+def test_dataset_bodies_document_what_the_parser_accepts() -> None:
+    schema = DatasetInline.model_json_schema()
+    data = schema["properties"]["data"]
+    assert data["minItems"] == 1 and data["items"]["minItems"] == 1
+    value = data["items"]["items"]
+    assert value["maximum"] == -value["minimum"] == float(np.finfo(np.float32).max)
+    assert schema["properties"]["name"]["anyOf"][0]["maxLength"] == 200
+    too_long = {"data": [[1]], "name": "n" * 201}
+    for bad in ({"data": []}, {"data": [[]]}, {"data": [[1e39]]}, too_long):
+        with pytest.raises(ValidationError):
+            DatasetInline.model_validate(bad)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

@@ -16,6 +16,8 @@ import pytest
 from service.errors import BodyTooLarge, InvalidDataset, UnsupportedMediaType
 from service.uploads import (
     CSV,
+    CSV_HEADER,
+    CSV_NO_HEADER,
     JSON,
     NPY,
     PARQUET,
@@ -63,6 +65,15 @@ def test_media_type_ignores_parameters_and_case() -> None:
     assert media_type("application/x-parquet") == PARQUET
 
 
+def test_media_type_says_whether_a_csv_has_a_header() -> None:
+    assert media_type("text/csv", header=True) == CSV_HEADER
+    assert media_type("text/csv; charset=utf-8; Header=Present") == CSV_HEADER
+    assert media_type('text/csv; header="absent"') == CSV_NO_HEADER
+    assert media_type("text/csv; header=present", header=False) == CSV_NO_HEADER  # ?header=
+    assert media_type("text/csv; header=maybe") == CSV
+    assert media_type("application/json", header=True) == JSON  # only CSV has a header
+
+
 @pytest.mark.parametrize("value", [None, "", "text/plain", "application/octet-stream"])
 def test_unsupported_media_type_is_refused(value: str | None) -> None:
     with pytest.raises(UnsupportedMediaType) as info:
@@ -100,12 +111,32 @@ def test_json_rows_and_name(tmp_path: Path) -> None:
         (b'{"data": [[1]], "name": 5}', "name must be a string"),
         (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
         (b'{"data": [[1e999999]]}', "row 0, column 0"),
-        (b'{"data": [[' + b"9" * 400 + b"]]}", "too large"),
+        (b'{"data": [[' + b"9" * 400 + b"]]}", "row 0, column 0 is '9999"),
+        (b'{"data": [[1], [' + b"9" * 5000 + b"]]}", "row 1, column 0 is '9999"),
+        (b'{"data": [[1, -' + b"9" * 40 + b"]]}", "row 0, column 1 is '-9999"),
+        (b'{"data": [[1, 2e999]]}', "row 0, column 1 is '2e999'"),
         (b"\xff\xfe{}", "not valid JSON"),
+        (b'{"data": [[1]], "name": "' + b"n" * 201 + b'"}', "at most 200 characters"),
+        (b'{"data": [[1, 2]', "line 0, column 16 (character 16"),
+        (b'{"data":\n [[1 2]]}', "line 1, column 5"),
+        (b'{"data": [[1]]}\xff', "byte 15 is not UTF-8"),
     ],
 )
 def test_json_rejections_say_where(tmp_path: Path, body: bytes, needle: str) -> None:
     assert needle in rejected(write(tmp_path, body), JSON).detail
+
+
+#: What numpy, Python and Arrow say that a client cannot act on (or counts from 1).
+LIBRARY_WORDS = ("usecols", "set_int_max_str_digits", "float64 at row", "Exceeds the limit")
+LIBRARY_WORDS += ("EOF", "allow_pickle", "magic bytes not found", "Expecting", "char ")
+
+
+def test_integers_of_any_length_are_refused_by_place(tmp_path: Path) -> None:
+    huge = b"1" + b"0" * 5000  # 10**5000
+    detail = rejected(write(tmp_path, b'{"data": [[' + huge + b"]]}"), JSON).detail
+    assert detail.startswith("row 0, column 0 is '1000") and "float32" in detail
+    assert len(detail) < 400 and not any(word in detail for word in LIBRARY_WORDS)
+    assert parse(write(tmp_path, b'{"data": [[' + b"9" * 38 + b"]]}"), JSON).array[0, 0] == 1e38
 
 
 # ---- CSV ---------------------------------------------------------------------------------
@@ -128,18 +159,67 @@ def test_csv_single_column(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
-        (b"1,2\n3\n", "not numeric"),
-        (b"1,2\n3,abc\n", "not numeric"),
+        (b"1,2\n3\n", "row 1 has 1 values but row 0 has 2"),
+        (b"1,2\n3,abc\n", "row 1, column 1 is 'abc'"),
+        (b"x,y\n1,2\n3,abc\n", "row 1, column 1 is 'abc'; values must be decimal numbers (rows "
+         "and columns count from 0 after the header row)"),
         (b"a,b\n", "no data rows"),
         (b"1,2\nnan,4\n", "row 1, column 0"),
         (b"1,2\n3,inf\n", "row 1, column 1"),
-        (b"1,,2\n3,4,5\n", "not numeric"),
+        (b"1,,2\n3,4,5\n", "row 0, column 1 is ''"),
+        (b"1,2\n1_000,3\n", "row 1, column 0 is '1_000'"),
+        (b"1,2\n\xd9\xa1,3\n", "row 1, column 0 is '\u0661'"),
+        (b"1,2\n3,4,\n", "row 1 has 3 values"),
         (b"\xff\xfe1,2\n", "not UTF-8"),
+        (b"1,2\n" * 10_000 + b"\xff,1\n", "not UTF-8"),
         (b"\n\n", "at least 1 row"),
+        (b"1,2\n" * 1000 + b"3,x" + b"y" * 100 + b"\n", "row 1000, column 1 is 'xyyy"),
+    ],
+)  # fmt: skip
+def test_csv_rejections(tmp_path: Path, body: bytes, needle: str) -> None:
+    detail = rejected(write(tmp_path, body), CSV).detail
+    assert needle in detail
+    assert not any(word in detail for word in LIBRARY_WORDS), detail
+    assert len(detail) < 300, "long values are cut"
+
+
+@pytest.mark.parametrize(
+    ("body", "media", "shape"),
+    [
+        (b"a,b\n1,2\n", CSV, (1, 2)),  # every field of the first row is a word: a header
+        (b"x\n1\n2\n", CSV, (2, 1)),
+        (b"# note\n\na,b\n1,2\n", CSV, (1, 2)),  # comments and blank lines come before it
+        (b"1,2\n3,4\n", CSV, (2, 2)),
+        (b"1,2\n3,4\n", media_type("text/csv", header=True), (1, 2)),
+        (b"1,2\n3,4\n", media_type("text/csv; header=present"), (1, 2)),
+        (b"0x10,2\n3,4\n", media_type("text/csv", header=True), (1, 2)),
+        (b"1,2\n3,4\n", media_type("text/csv; header=present", header=False), (2, 2)),
+        (b"1,2\n3,4\n", media_type("text/csv; header=absent"), (2, 2)),
     ],
 )
-def test_csv_rejections(tmp_path: Path, body: bytes, needle: str) -> None:
-    assert needle in rejected(write(tmp_path, body), CSV).detail
+def test_csv_header_rows(tmp_path: Path, body: bytes, media: str, shape: tuple) -> None:
+    assert parse(write(tmp_path, body), media).array.shape == shape
+
+
+@pytest.mark.parametrize(
+    ("first", "column"), [(b"0x10,2", 0), (b"a,1", 0), (b"1,b", 1), (b"1,,2", 1)]
+)
+def test_a_first_row_with_a_number_is_data(tmp_path: Path, first: bytes, column: int) -> None:
+    # A row with any number in it is data: its other fields are errors, not a header.
+    error = rejected(write(tmp_path, first + b"\n3,4\n"), CSV)
+    assert error.detail.startswith(f"row 0, column {column} is ")
+    assert "?header=true" in error.detail and error.field == f"body.data[0][{column}]"
+
+
+def test_csv_header_false_makes_the_first_row_data(tmp_path: Path) -> None:
+    error = rejected(write(tmp_path, b"a,b\n1,2\n"), media_type("text/csv", header=False))
+    assert error.detail.startswith("row 0, column 0 is 'a'; values must be decimal numbers")
+    assert "send ?header=true if the first row is a header" in error.detail
+
+
+def test_csv_header_true_with_only_a_header(tmp_path: Path) -> None:
+    only = write(tmp_path, b"1,2\n")
+    assert "no data rows" in rejected(only, media_type("text/csv", header=True)).detail
 
 
 # ---- npy ---------------------------------------------------------------------------------
@@ -173,7 +253,14 @@ def test_npy_is_converted(tmp_path: Path, array: np.ndarray, dtype: type) -> Non
     ("data", "needle"),
     [
         (b"garbage", "not a .npy file (it does not start with the .npy magic"),
-        (npy_bytes(X)[:20], "not a readable .npy"),
+        (npy_bytes(X)[:20], "not a readable .npy file: its header is truncated or malformed"),
+        (npy_bytes(X)[:7], "not a readable .npy file: its header is truncated"),
+        (
+            npy_bytes(X)[:-8],
+            "header declares shape (2, 3) of float64 (48 bytes of data) but the "
+            "body holds 40: the upload is truncated",
+        ),
+        (b"\x93NUMPY\x09\x00" + npy_bytes(X)[8:], "format version 9.0 is unknown"),
         (npy_bytes(np.arange(3.0)), "2-D"),
         (npy_bytes(np.array([["a", "b"]])), "numeric"),
         (npy_bytes(np.zeros((0, 3))), "at least 1 row"),
@@ -182,7 +269,9 @@ def test_npy_is_converted(tmp_path: Path, array: np.ndarray, dtype: type) -> Non
     ],
 )
 def test_npy_rejections(tmp_path: Path, data: bytes, needle: str) -> None:
-    assert needle in rejected(write(tmp_path, data), NPY).detail
+    detail = rejected(write(tmp_path, data), NPY).detail
+    assert needle in detail
+    assert not any(word in detail for word in LIBRARY_WORDS), detail
 
 
 def test_npy_garbage_does_not_suggest_pickles(tmp_path: Path) -> None:
@@ -237,11 +326,21 @@ def test_parquet_rejections(tmp_path: Path, table: pa.Table, needle: str) -> Non
     assert needle in rejected(write(tmp_path, parquet_bytes(table)), PARQUET).detail
 
 
-def test_parquet_garbage(tmp_path: Path) -> None:
-    path = write(tmp_path, b"PAR1 nope")
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b"PAR1 nope", "not a Parquet file (it does not start and end with the magic bytes PAR1)"),
+        (b"nope", "not a Parquet file"),
+        (b"PAR1 nope PAR1", "not a readable Parquet file: its footer, schema or column data"),
+        (parquet_bytes(pa.table({"a": [1.0]}))[:-30] + b"PAR1", "not a readable Parquet file"),
+    ],
+)
+def test_parquet_garbage(tmp_path: Path, data: bytes, needle: str) -> None:
+    path = write(tmp_path, data)
     detail = rejected(path, PARQUET).detail
-    assert "Parquet" in detail
-    assert str(path) not in detail and str(tmp_path) not in detail  # no server paths
+    assert needle in detail
+    assert str(tmp_path) not in detail  # no server paths
+    assert not any(word in detail for word in LIBRARY_WORDS), detail
 
 
 # ---- spooling ----------------------------------------------------------------------------

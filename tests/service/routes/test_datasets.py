@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import redis
 from fastapi.testclient import TestClient
 
@@ -132,3 +134,86 @@ def test_upload_over_the_limit_is_413(redis_client: redis.Redis, settings: Setti
             413,
         )
     assert list((settings.data_dir / "tmp").iterdir()) == []
+
+
+def _csv(client: TestClient, body: bytes, content_type: str = "text/csv", **params: str) -> Any:
+    return client.post(
+        "/v1/datasets", content=body, headers={"Content-Type": content_type}, params=params
+    )
+
+
+def test_a_first_row_with_one_number_is_data_not_a_header(client: TestClient) -> None:
+    # It was taken as a header: 201 with one row.
+    body = assert_problem(_csv(client, b"0x10,2\n3,4\n"), 422)
+    assert body["detail"].startswith("row 0, column 0 is '0x10'; values must be decimal numbers")
+    assert body["errors"] == [{"field": "body.data[0][0]", "message": body["detail"]}]
+
+
+@pytest.mark.parametrize(
+    ("body", "params", "content_type", "rows"),
+    [
+        (b"a,b\n1,2\n3,4\n", {}, "text/csv", 2),  # every field a word: a header
+        (b"1,2\n3,4\n", {}, "text/csv", 2),
+        (b"1,2\n3,4\n", {"header": "true"}, "text/csv", 1),
+        (b"0x10,2\n3,4\n", {"header": "true"}, "text/csv", 1),
+        (b"1,2\n3,4\n", {}, "text/csv; header=present", 1),
+        (b"1,2\n3,4\n", {"header": "false"}, "text/csv; header=present", 2),
+        (b"1,2\n3,4\n", {"header": "false"}, "text/csv", 2),
+    ],
+)
+def test_the_header_row_is_detected_or_said(
+    client: TestClient, body: bytes, params: dict, content_type: str, rows: int
+) -> None:
+    response = _csv(client, body, content_type, **params, name=f"{params}{content_type}")
+    assert response.status_code == 201, response.text
+    assert response.json()["n_samples"] == rows
+
+
+def test_header_false_reports_the_header_as_data(client: TestClient) -> None:
+    body = assert_problem(_csv(client, b"x,y\n1,2\n", header="false"), 422)
+    assert body["detail"].startswith("row 0, column 0 is 'x'")
+    assert "?header=true" in body["detail"]
+    assert_problem(_csv(client, b"1,2\n", header="maybe"), 422)
+
+
+def test_the_header_parameter_is_documented(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/datasets", "/v1/jobs/{job_id}/predict"):
+        params = {p["name"]: p for p in paths[path]["post"]["parameters"]}
+        assert {"type": "boolean"} in params["header"]["schema"]["anyOf"], path
+        assert "header" in params["header"]["description"]
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b'{"data": [[' + b"1" + b"0" * 5000 + b"]]}", "row 0, column 0 is '1000"),  # 10**5000
+        (b'{"data": [[1, 2], [3, 1e999]]}', "row 1, column 1 is '1e999'"),
+        (b'{"data": [[1, 2]', "the body is not valid JSON: expecting ',' delimiter at line 0"),
+    ],
+)
+def test_json_errors_are_the_projects_own(client: TestClient, body: bytes, needle: str) -> None:
+    response = client.post(
+        "/v1/datasets", content=body, headers={"Content-Type": "application/json"}
+    )
+    detail = assert_problem(response, 422)["detail"]
+    assert needle in detail
+    assert "set_int_max_str_digits" not in detail and "Expecting" not in detail
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "needle"),
+    [
+        (b"1,2\n3\n", "text/csv", "row 1 has 1 values but row 0 has 2"),
+        (b"1,2\n3,x\n", "text/csv", "row 1, column 1 is 'x'"),
+        (npy_bytes(X)[:-8], "application/x-npy", "the upload is truncated"),
+        (b"PAR1 nope", "application/vnd.apache.parquet", "not a Parquet file"),
+    ],
+)
+def test_file_errors_count_from_zero_in_our_words(
+    client: TestClient, body: bytes, content_type: str, needle: str
+) -> None:
+    detail = assert_problem(_csv(client, body, content_type), 422)["detail"]
+    assert needle in detail
+    for hint in ("usecols", "at row", "EOF", "magic bytes not found"):
+        assert hint not in detail, detail

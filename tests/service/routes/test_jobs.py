@@ -95,6 +95,9 @@ def test_job_validation_against_the_dataset(client: TestClient) -> None:
         b'{"dataset_id": "d", "n_clusters": 1e400}',
         b"[1, 2]",
         b'"text"',
+        b'{"dataset_id": "d", "n_clusters": ' + b"9" * 5000 + b"}",  # was FastAPI's 400
+        b'{"dataset_id": "d", "n_clusters": 2}\xff',
+        b"[" * 100_000 + b"]" * 100_000,
     ],
 )
 def test_odd_job_bodies_are_422_not_500(client: TestClient, raw: bytes) -> None:
@@ -204,3 +207,98 @@ def test_csr_rows_pages_rows_with_a_page_relative_indptr() -> None:
     assert tail["indptr"] == [0, 2] and tail["values"] == [0.25, 0.75]
     past = csr_rows(matrix, 4, 10)
     assert past["indptr"] == [0] and past["indices"] == [] and past["values"] == []
+
+
+def test_a_job_body_with_a_huge_integer_says_so(client: TestClient) -> None:
+    raw = b'{"dataset_id": "d", "n_clusters": ' + b"9" * 5000 + b"}"
+    response = client.post("/v1/jobs", content=raw, headers={"Content-Type": "application/json"})
+    body = assert_problem(response, 422)
+    assert body["detail"] == (
+        "the body is not valid JSON: it holds a number too long to read (over 4300 digits)"
+    )
+    assert "set_int_max_str_digits" not in response.text
+
+
+def test_integral_floats_are_integers(client: TestClient) -> None:
+    meta = upload(client)
+    response = client.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 3.0})
+    assert response.status_code == 202, response.text
+    assert response.json()["params"]["n_clusters"] == 3
+
+
+# ---- include / exclude -------------------------------------------------------------------
+
+
+def test_result_parts_are_an_enum_in_the_schema(client: TestClient) -> None:
+    operation = client.get("/openapi.json").json()["paths"]["/v1/jobs/{job_id}/result"]["get"]
+    params = {p["name"]: p for p in operation["parameters"]}
+    for name in ("include", "exclude"):
+        param = params[name]
+        assert (param["in"], param["style"], param["explode"]) == ("query", "form", False)
+        assert param["schema"]["items"]["enum"] == ["centroids", "labels", "history"]
+    assert "422" in operation["responses"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"include": "bogus"},
+        {"include": "labels,nope"},
+        {"exclude": "Labels"},
+        [("include", "labels"), ("include", "x")],
+    ],
+)
+def test_unknown_result_parts_are_a_422(client: TestClient, params: Any) -> None:
+    body = assert_problem(client.get("/v1/jobs/missing/result", params=params), 422)
+    assert body["errors"][0]["field"] in ("query.include", "query.exclude")
+    assert "choose from ['centroids', 'labels', 'history']" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"include": "centroids,labels,history"},
+        {"include": "labels, history"},
+        {"include": ""},
+        [("exclude", "labels"), ("exclude", "history")],
+    ],
+)
+def test_known_result_parts_pass_validation(client: TestClient, params: Any) -> None:
+    # Validated before the job is looked up: a missing job is then the only error.
+    assert_problem(client.get("/v1/jobs/missing/result", params=params), 404)
+
+
+# ---- methods -----------------------------------------------------------------------------
+
+
+def _documented_methods(client: TestClient) -> dict[str, set[str]]:
+    paths = client.get("/openapi.json").json()["paths"]
+    return {path: {method.upper() for method in ops} for path, ops in paths.items()}
+
+
+def _concrete(path: str) -> str:
+    return path.replace("{job_id}", "some-job").replace("{dataset_id}", "some-dataset")
+
+
+def test_options_lists_every_method_of_every_path(client: TestClient) -> None:
+    # OPTIONS /v1/jobs/{id} answered 405 with `Allow: GET`, though DELETE exists.
+    for path, methods in _documented_methods(client).items():
+        response = client.options(_concrete(path))
+        assert response.status_code == 204, (path, response.text)
+        allowed = {m.strip() for m in response.headers["allow"].split(",")}
+        assert allowed - {"HEAD", "OPTIONS"} == methods, path
+        assert "OPTIONS" in allowed and response.content == b""
+
+
+def test_a_wrong_method_is_a_405_listing_every_method(client: TestClient) -> None:
+    for path, methods in _documented_methods(client).items():
+        wrong = next(m for m in ("PATCH", "PUT", "DELETE", "POST") if m not in methods)
+        response = client.request(wrong, _concrete(path))
+        body = assert_problem(response, 405)
+        assert body["detail"] == f"{wrong} is not allowed on {_concrete(path)}"
+        allowed = {m.strip() for m in response.headers["allow"].split(",")}
+        assert allowed - {"HEAD", "OPTIONS"} == methods, path
+
+
+def test_options_on_an_unknown_path_is_a_404(client: TestClient) -> None:
+    assert_problem(client.options("/v1/nothing-here"), 404)
