@@ -80,6 +80,7 @@ def require_api_key(
 
 
 Principal = Annotated[str, Depends(require_api_key)]
+AppSettings = Annotated[Settings, Depends(get_settings)]
 Datasets = Annotated[DatasetStore, Depends(get_datasets)]
 Uploads = Annotated[Spooler, Depends(get_uploads)]
 Queue = Annotated[Any, Depends(get_queue)]

@@ -97,3 +97,13 @@ class UploadInterrupted(ServiceError):
             message="incomplete body",
         )
         self.received = received
+
+
+class JobTooLarge(ServiceError):
+    """A job whose memory on a worker would exceed the worker budget (refused before it is
+    queued: it would fail on every attempt)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            detail, field="body.n_clusters", message="the job exceeds the worker's memory budget"
+        )

@@ -31,6 +31,7 @@ from service.errors import (
     IdempotencyKeyReused,
     InvalidDataset,
     InvalidIdempotencyKey,
+    JobTooLarge,
     ResultNotFound,
     ServiceError,
     UnsupportedMediaType,
@@ -84,6 +85,7 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     IdempotencyKeyContended: _Problem(409, None, retry=True),
     # nginx's "client closed request": nobody reads it, but logs and metrics count it apart.
     UploadInterrupted: _Problem(CLIENT_CLOSED_REQUEST, "client-closed-request"),
+    JobTooLarge: _Problem(422, "job-too-large"),
 }
 
 

@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rbfkm_engine.device import DEVICE_HELP, is_device_name
+from service.budget import default_max_job_bytes
 
 
 class Settings(BaseSettings):
@@ -34,6 +35,12 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="Largest accepted body.")
+    max_job_bytes: int = Field(
+        default_factory=default_max_job_bytes,
+        gt=0,
+        description="Memory one job may take on a worker; a larger one is refused with a 422 "
+        "(default: half of this machine's memory, or of its cgroup limit).",
+    )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Accepted API keys (JSON list or comma-separated); empty: no auth.",

@@ -10,7 +10,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from service.budget import check_job_memory
 from service.deps import (
+    AppSettings,
     Datasets,
     Idempotency,
     Principal,
@@ -85,8 +87,9 @@ def _job_headers(job: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
-def _check_against_dataset(body: JobCreate, datasets: Any) -> None:
-    """Parameters that only make sense for this dataset: k <= n, init width = d."""
+def _check_against_dataset(body: JobCreate, datasets: Any, max_job_bytes: int) -> None:
+    """Parameters that only make sense for this dataset: k <= n, init width = d, and a job
+    that fits a worker's memory."""
     meta = datasets.get(body.dataset_id)
     if meta is None:
         # 422, not 404: the resource addressed (/v1/jobs) exists, a field of the body is wrong.
@@ -112,6 +115,7 @@ def _check_against_dataset(body: JobCreate, datasets: Any) -> None:
             kind="validation",
             errors=[("body.init", f"rows must have {d} values")],
         )
+    check_job_memory(meta, body.params(), max_job_bytes)
 
 
 @router.post(
@@ -123,7 +127,8 @@ def _check_against_dataset(body: JobCreate, datasets: Any) -> None:
         "Validates the parameters against the dataset and queues the fit. `202` with "
         "`Location: /v1/jobs/{id}`. With an `Idempotency-Key` header (scoped per API key) a "
         "retry with the same body returns the same job; another body is a `422`; a retry "
-        "while the first is still being accepted is a `409`."
+        "while the first is still being accepted is a `409`. A job whose memory on a worker "
+        "would exceed `RBFKM_MAX_JOB_BYTES` is a `422` that says what to change."
     ),
     responses=problems(409, 422),
 )
@@ -133,6 +138,7 @@ def create_job(
     queue: Queue,
     datasets: Datasets,
     idempotency: Idempotency,
+    settings: AppSettings,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -149,7 +155,7 @@ def create_job(
         if stored is not None:
             return JSONResponse(stored.body, status_code=stored.status, headers=stored.headers)
     try:
-        _check_against_dataset(body, datasets)
+        _check_against_dataset(body, datasets, settings.max_job_bytes)
         job = queue.submit(body.dataset_id, body.params())
         content = _job_body(job)
         headers = _job_headers(job)
