@@ -77,8 +77,10 @@ class DatasetStore:
     def _index(self) -> str:
         return f"{self.prefix}:datasets"
 
-    def _sha_key(self, sha256: str, name: str | None) -> str:
-        tag = hashlib.sha256((name or "").encode()).hexdigest()[:16]
+    def _sha_key(self, sha256: str, name: str | None, media: str) -> str:
+        """Where the same bytes, name and way of parsing them (a CSV header or not) are
+        found again."""
+        tag = hashlib.sha256(f"{media}\n{name or ''}".encode()).hexdigest()[:16]
         return f"{self.prefix}:dataset-sha256:{sha256}:{tag}"
 
     def path(self, dataset_id: str) -> Path:
@@ -88,10 +90,11 @@ class DatasetStore:
     def create(self, upload: Upload, media: str, name: str | None) -> tuple[dict[str, Any], bool]:
         """Parse, validate and store a spooled body; `(dataset, created)`.
 
-        The same bytes with the same `name` argument uploaded again return the stored
-        dataset with `created=False`. The spooled file is consumed either way.
+        The same bytes with the same `name` argument, parsed the same way, uploaded again
+        return the stored dataset with `created=False`. The spooled file is consumed either
+        way.
         """
-        sha_key = self._sha_key(upload.sha256, name)
+        sha_key = self._sha_key(upload.sha256, name, media)
         try:
             existing = self._find_same(sha_key)
             if existing is not None:

@@ -13,7 +13,7 @@ import redis
 
 from service.datasets import DatasetStore, dataset_path, load_dataset
 from service.errors import DatasetNotFound, InvalidDataset
-from service.uploads import CSV, JSON, NPY, Spooler, Upload
+from service.uploads import CSV, CSV_HEADER, JSON, NPY, Spooler, Upload
 from tests.service.test_uploads import X, npy_bytes
 
 
@@ -53,6 +53,18 @@ def test_store_same_bytes_same_name_is_deduplicated(store: DatasetStore) -> None
     assert created and not created_again and created_other
     assert again["id"] == first["id"] != other["id"]
     assert other["name"] == "renamed"
+
+
+def test_the_same_csv_bytes_read_another_way_are_another_dataset(store: DatasetStore) -> None:
+    # "1,2\n3,4" read with and without a header is one row or two: an upload never gets the
+    # stored answer of the other reading.
+    body = b"1,2\n3,4\n"
+    two, _ = store.create(spooled(store, body), CSV, None)
+    one, created = store.create(spooled(store, body), CSV_HEADER, None)
+    assert created and one["id"] != two["id"]
+    assert (two["n_samples"], one["n_samples"]) == (2, 1)
+    again, created_again = store.create(spooled(store, body), CSV_HEADER, None)
+    assert not created_again and again["id"] == one["id"]
 
 
 def test_store_list_is_paged_newest_first(store: DatasetStore) -> None:
