@@ -1,8 +1,8 @@
 """`rbfkm serve | api | worker`: run the service, or one half of it.
 
 - `serve`: everything in one command. Without `REDIS_URL` it starts the embedded Redis
-  (data under `{data_dir}/redis`), `settings.workers` worker processes (a worker that
-  dies is replaced, see :mod:`service.supervisor`) and the API.
+  (data under `{data_dir}/redis`), `settings.workers` worker processes and the API; a
+  worker or the embedded Redis that dies is started again (see :mod:`service.supervisor`).
 - `api`: the HTTP API only (needs `REDIS_URL`).
 - `worker`: worker processes only (needs `REDIS_URL`: the embedded Redis of a `serve` is
   private to it, so workers elsewhere cannot share it).
@@ -13,6 +13,7 @@ Command-line options override the environment (see docs/service.md for every var
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -90,25 +91,39 @@ def _run_api(settings: Settings) -> None:
     )
 
 
+def _log_to_stderr() -> None:
+    """Show the service's own log lines (the supervisors', the API's) next to uvicorn's,
+    which configures only its own loggers; the workers do the same in their processes."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+
+
 def serve(settings: Settings) -> int:
     """Run Redis (embedded unless REDIS_URL is set), workers and the API until a signal."""
     from service.embedded import EmbeddedRedis
-    from service.supervisor import WorkerSupervisor
+    from service.supervisor import RedisSupervisor, WorkerSupervisor
 
-    embedded: EmbeddedRedis | None = None
+    _log_to_stderr()
+    embedded: RedisSupervisor | None = None
     supervisor: WorkerSupervisor | None = None
     try:
         if not settings.redis_url:
-            embedded = EmbeddedRedis(settings.data_dir)
-            url = embedded.start()
-            print(f"rbfkm embedded Redis on {url} (data in {embedded.dir})", flush=True)
-            settings = settings.model_copy(update={"redis_url": url})
+            # A redis-server that dies is restarted on the same port and data dir (its AOF
+            # replays); the API's and workers' clients reconnect on their next command.
+            embedded = RedisSupervisor(EmbeddedRedis(settings.data_dir)).start()
+            server = embedded.server
+            pid = server.process.pid if server.process else None
+            print(f"rbfkm embedded Redis on {server.url} (pid {pid}, data in {server.dir})",
+                  flush=True)  # fmt: skip
+            settings = settings.model_copy(update={"redis_url": server.url})
         # Workers that die are replaced: their jobs are taken over once the lease lapses.
         supervisor = WorkerSupervisor(settings, settings.workers).start()
         _run_api(settings)  # uvicorn returns on SIGINT / SIGTERM
     finally:
         if supervisor is not None:
-            supervisor.stop()
+            supervisor.stop()  # the workers hand their jobs back through Redis: it goes last
         if embedded is not None:
             embedded.stop()
     return 0

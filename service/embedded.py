@@ -2,7 +2,9 @@
 
 It listens on loopback only, on a free TCP port (spawned workers connect like any client),
 keeps its data under `{data_dir}/redis` with AOF persistence, so queued jobs survive a
-restart, and is stopped when the server stops.
+restart, and is stopped when the server stops. Under `rbfkm serve` it is supervised
+(:class:`service.supervisor.RedisSupervisor`): a server that dies is started again by the
+same object, on the same port and directory, and replays its AOF.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 def redis_server_binary() -> str:
@@ -53,7 +57,10 @@ class EmbeddedRedis:
 
     def start(self, timeout_s: float = 15.0) -> str:
         """Start the server and wait until it answers (it, not another server on the same
-        port); returns its URL."""
+        port) and has loaded its AOF; returns its URL. A port once chosen is kept, so a
+        restart is found where the clients expect it."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError(f"the embedded redis-server already runs (pid {self.process.pid})")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         log = (self.dir / "redis.log").open("ab")
@@ -68,15 +75,26 @@ class EmbeddedRedis:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
+        # No retries: redis-py's default for a client built from host and port retries a
+        # refused connection for seconds, so a server that died while starting went unseen.
+        client = redis.Redis(
+            host="127.0.0.1", port=self.port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)
+        )
         deadline = time.monotonic() + timeout_s
         try:
             while not self._answers(client):
-                if self.process.poll() is not None or time.monotonic() > deadline:
+                code = self.process.poll()
+                if code is not None or time.monotonic() > deadline:
                     self.stop()
+                    why = (
+                        f"it exited with code {code}"
+                        if code is not None
+                        else f"no answer within {timeout_s:.0f} s (is another server listening "
+                        "there?)"
+                    )
                     raise RuntimeError(
-                        f"the embedded redis-server did not start on port {self.port} (is "
-                        f"another server listening there?); see {self.dir}/redis.log"
+                        f"the embedded redis-server did not start on port {self.port}: {why}; "
+                        f"see {self.dir}/redis.log"
                     )
                 time.sleep(0.05)
             return self.url

@@ -38,6 +38,7 @@ import redis
 from service.datasets import load_dataset
 from service.devices import DeviceLock, device_for_index, job_device, worker_device
 from service.errors import DatasetNotFound
+from service.logs import OutageLog
 from service.params import engine_params
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
@@ -61,9 +62,17 @@ class _LeaseKeeper:
     """Background thread while a job runs: renews the lease, reaps dead workers' jobs, and
     notices cancel or fencing."""
 
-    def __init__(self, queue: JobQueue, claim: Claim, heartbeat_s: float, poll_s: float):
+    def __init__(
+        self,
+        queue: JobQueue,
+        claim: Claim,
+        heartbeat_s: float,
+        poll_s: float,
+        outage: OutageLog | None = None,
+    ):
         self.queue = queue
         self.claim = claim
+        self.outage = outage or OutageLog(log)
         self.heartbeat_s = heartbeat_s
         self.poll_s = min(poll_s, heartbeat_s)
         self.reason: str | None = None  # why the job must stop; read on every iteration
@@ -78,18 +87,19 @@ class _LeaseKeeper:
         next_renew = time.monotonic() + self.heartbeat_s
         while not self._done.wait(self.poll_s):
             try:
+                renewed = False
                 if time.monotonic() >= next_renew:
                     next_renew = time.monotonic() + self.heartbeat_s
                     renewed = self.queue.renew(self.claim)
                     self.queue.worker_heartbeat(self.claim.consumer)
                     self.queue.reap(self.claim.consumer)  # dead workers' jobs back to the queue
-                    if renewed:
-                        continue
-                reason = self.queue.stop_reason(self.claim)
+                reason = None if renewed else self.queue.stop_reason(self.claim)
                 if reason is not None:
                     self.stop_with(reason)
             except redis.RedisError as exc:  # keep trying: the lease outlives short outages
-                log.warning("lease renewal of job %s failed: %s", self.claim.job_id, exc)
+                self.outage.failure(exc, f"lease of job {self.claim.job_id}")
+            else:
+                self.outage.success()
 
     def __enter__(self) -> _LeaseKeeper:
         self._thread.start()
@@ -151,6 +161,9 @@ class Worker:
         self.device_lock = DeviceLock(self.device, lock_dir, scope=scope)
         self.purge_every_s = timing.purge_every_s
         self._stop: threading.Event | None = None  # set by run(): hand the job back
+        #: One outage log for the loop, the lease thread and the progress writes: a lost
+        #: Redis is one line (and a reminder now and then), not one per failed call.
+        self.redis_log = OutageLog(log)
 
     def run_once(self, block_ms: int = 1000) -> str | None:
         """Claim at most one job and run it to its end; returns its id, or None if none."""
@@ -180,11 +193,13 @@ class Worker:
                         self.results.purge(self.queue.ttl_s)
                     self.run_once(block_ms=block_ms)
                 except redis.RedisError as exc:
-                    log.warning("worker %s: redis unavailable (%s); retrying", self.consumer, exc)
+                    self.redis_log.failure(exc, f"worker {self.consumer}")
                     stop.wait(1.0)
                 except Exception:
                     log.exception("worker %s: unexpected error", self.consumer)
                     stop.wait(1.0)
+                else:
+                    self.redis_log.success()
         finally:
             with contextlib.suppress(redis.RedisError):
                 self.queue.unregister_worker(self.consumer)
@@ -194,7 +209,9 @@ class Worker:
 
     def _execute(self, claim: Claim) -> None:
         log.info("job %s attempt %d started by %s", claim.job_id, claim.attempt, self.consumer)
-        with _LeaseKeeper(self.queue, claim, self.heartbeat_s, self.poll_s) as keeper:
+        with _LeaseKeeper(
+            self.queue, claim, self.heartbeat_s, self.poll_s, self.redis_log
+        ) as keeper:
             try:
                 model, X = self._fit(claim, keeper)
                 reason = keeper.reason or self.queue.stop_reason(claim)
@@ -249,8 +266,9 @@ class Worker:
                     objective=progress.objective,
                 )
             except redis.RedisError as exc:
-                log.warning("progress of job %s not stored: %s", claim.job_id, exc)
+                self.redis_log.failure(exc, f"progress of job {claim.job_id}")
                 return False
+            self.redis_log.success()
             if not keep_going:
                 keeper.stop_with(self.queue.stop_reason(claim) or "fenced")
             return not keep_going

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -13,15 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
+import psutil
 import pytest
 import redis
 
 from service.cli import build_parser, main, settings_from
 from service.embedded import free_port
 from service.settings import Settings
+from tests.service.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_DOC = ROOT / "README.md"
+TERMINAL = ("succeeded", "failed", "canceled")
 
 
 def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -150,8 +155,11 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]
         yield base_url, proc, log
     finally:
         if proc.poll() is None:
+            server = redis_server_of(proc)  # a killed serve would leave its Redis running
             proc.kill()
             proc.wait()
+            if server is not None:
+                server.kill()
 
 
 def test_serve_runs_everything_and_shuts_down_cleanly(
@@ -178,6 +186,90 @@ def test_serve_runs_everything_and_shuts_down_cleanly(
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
     assert (tmp_path / "d" / "redis").is_dir()
+
+
+def redis_server_of(serve: subprocess.Popen[bytes], other_than: int = 0) -> psutil.Process | None:
+    """The running embedded redis-server of an `rbfkm serve` (a child of it), if any."""
+    for child in psutil.Process(serve.pid).children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if (
+                "redis-server" in child.name()
+                and child.pid != other_than
+                and child.status() != psutil.STATUS_ZOMBIE
+            ):
+                return child
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_embedded_redis_comes_back_by_itself(
+    served: tuple[str, subprocess.Popen[bytes], Path],
+) -> None:
+    """kill -9 of the embedded Redis, twice: `serve` restarts it (backing off the second
+    time) on its port with its AOF, the API is ready again and the data are still there,
+    without anyone doing anything; and the worker's log says so in a few lines."""
+    base_url, proc, log = served
+    http = httpx.Client(base_url=base_url, timeout=30)
+    tiny = http.post("/v1/datasets", json={"data": [[0, 0], [0.1, 0], [5, 5], [5.1, 5]]}).json()
+    # A long job (very slow cooling), so that the worker's lease thread, which polls Redis
+    # every 0.1 s, runs through the outage; it used to log a warning at every poll.
+    points = np.random.default_rng(0).normal(size=(5000, 2)).round(4).tolist()
+    slow = http.post("/v1/datasets", json={"data": points}).json()
+    body = {"dataset_id": slow["id"], "n_clusters": 16, "cooling": 0.999, "max_iter": 100000}
+    long_job = http.post("/v1/jobs", json=body).json()
+    wait_for(
+        lambda: http.get(f"/v1/jobs/{long_job['id']}").json()["status"] == "running",
+        60,
+        "the long job to run",
+    )
+    first = redis_server_of(proc)
+    assert first is not None and f"pid {first.pid}," in log.read_text()
+    mark = len(log.read_text().splitlines())
+    killed = time.monotonic()
+    first.kill()
+    second = wait_for(lambda: redis_server_of(proc, first.pid), 30, "a restarted redis-server")
+    second.kill()  # dies right after its restart: the next restart waits longer
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(lambda: redis_server_of(proc, second.pid) and ready(), 30, "/readyz back to 200")
+    third = redis_server_of(proc, second.pid)
+    assert third is not None
+    recovered_s = time.monotonic() - killed
+    listed = {item["id"] for item in http.get("/v1/datasets").json()["items"]}
+    assert {tiny["id"], slow["id"]} <= listed, "datasets' metadata came back with the AOF"
+    assert http.get(f"/v1/jobs/{long_job['id']}").json()["status"] in ("running", "succeeded")
+    assert http.post(f"/v1/jobs/{long_job['id']}/cancel").status_code in (200, 202, 409)
+    job = http.post("/v1/jobs", json={"dataset_id": tiny["id"], "n_clusters": 2})
+    assert job.status_code == 202, job.text
+    status = wait_for(
+        lambda: (
+            http.get(f"/v1/jobs/{job.json()['id']}").json()["status"] in TERMINAL
+            and http.get(f"/v1/jobs/{job.json()['id']}").json()["status"]
+        ),
+        60,
+        "the job submitted after the restart",
+    )
+    assert status == "succeeded"
+    http.close()
+    lines = log.read_text().splitlines()[mark:]
+    # The second death shows as an exit or, killed while it loaded, as a failed restart.
+    restarts = [line for line in lines if "restarting it on the same port" in line]
+    assert len(restarts) == 2 and "exited with code -9" in restarts[0], lines
+    waits = [float(m.group(1)) if (m := re.search(r" in (\d+) s$", line)) else 0.0
+             for line in restarts]  # fmt: skip
+    assert waits[1] > waits[0], f"the second, quick death backs off longer: {restarts}"
+    assert recovered_s < 30
+    worker = [line for line in lines if "service.worker" in line and "WARNING" in line]
+    assert any("redis lost" in line for line in worker), lines
+    assert any("redis back" in line for line in worker), lines
+    assert len(worker) <= 6, "\n".join(worker)  # was a line every 0.1 s, all outage long
+    assert stop(proc, log) == 0, log.read_text()  # and it still shuts down cleanly
+    assert not third.is_running() or third.status() == psutil.STATUS_ZOMBIE
 
 
 def test_api_and_worker_as_separate_processes(redis_client: redis.Redis, redis_server: str,

@@ -105,3 +105,12 @@ def test_a_port_taken_by_another_redis_fails_to_start(tmp_path: Path) -> None:
                 second.start()
         finally:
             second.stop()
+
+
+def test_a_running_server_is_not_started_twice(tmp_path: Path) -> None:
+    with EmbeddedRedis(tmp_path) as server:
+        assert server.process is not None
+        pid = server.process.pid
+        with pytest.raises(RuntimeError, match="already runs"):
+            server.start()
+        assert server.process.pid == pid and server.process.poll() is None
