@@ -23,6 +23,11 @@ _BLOCK_BUFFERS = 8
 #: ``(rows, d)`` temporaries a pass may hold at once: the M-step's scaled or gathered rows,
 #: the local search's projections.
 _ROW_BUFFERS = 3
+#: Lanczos's ``d``-vectors (``eigsh``'s basis and work space) for the largest eigenvalue of
+#: data wider than long, whose covariance is not formed.
+_LANCZOS_VECTORS = 24
+#: Small arrays, libraries' work space and the allocator's slack, whatever the shape.
+_FIXED = 8 << 20
 #: ``(k, d)`` float64 arrays a fit may hold at once: the centres, their M-step sums, the
 #: previous centres, the two halves of every cluster and the local search's candidates.
 _CENTRE_ARRAYS = 8
@@ -43,11 +48,13 @@ class FitMemory:
     points: int  # vectors of one value per point
     blocks: int  # the blocked passes' buffers
     centres: int  # centres, sums and per-centre arrays
-    covariance: int  # the (d, d) covariance, when formed
+    covariance: int  # the (d, d) covariance, or Lanczos's vectors where it is not formed
+    fixed: int = _FIXED  # what does not grow with the shape
 
     @property
     def total(self) -> int:
-        return self.data + self.points + self.blocks + self.centres + self.covariance
+        parts = (self.data, self.points, self.blocks, self.centres, self.covariance)
+        return sum(parts) + self.fixed
 
 
 def fit_memory(
@@ -73,5 +80,11 @@ def fit_memory(
         points=n * (3 * item + 2 * 8),  # norms, distances, saved distances; two label arrays
         blocks=(_BLOCK_BUFFERS * columns + _ROW_BUFFERS * d) * rows * item,
         centres=_CENTRE_ARRAYS * k * d * 8 + 2 * k * k * 8 * annealed,
-        covariance=d * d * 8 if annealed and covariance_fits(n, d) else 0,
+        covariance=_eigen_bytes(n, d) if annealed else 0,
     )
+
+
+def _eigen_bytes(n: int, d: int) -> int:
+    """What the largest eigenvalue of the covariance takes: the covariance itself, or
+    Lanczos's vectors on data wider than long."""
+    return d * d * 8 if covariance_fits(n, d) else _LANCZOS_VECTORS * d * 8

@@ -24,7 +24,7 @@ def test_the_bound_grows_with_every_dimension_and_knows_the_covariance() -> None
     assert fit_memory(10_000, 16, 32).covariance == 16 * 16 * 8
     assert fit_memory(10_000, 16, 32, assignment="hard").covariance == 0
     wide = fit_memory(2, 100_000, 2)
-    assert wide.covariance == 0 and wide.total < 64 << 20  # no (d, d) matrix: 80 GB
+    assert wide.covariance < 64 << 20 and wide.total < 96 << 20  # no (d, d) matrix: 80 GB
 
 
 def test_memory_imports_without_torch() -> None:
@@ -55,6 +55,7 @@ print(grown, fit_memory(n, d, k, assignment=assignment).total)
         (100_000, 32, 64, "entmax15", 0.0),
         (50_000, 8, 50, "entmax15", 1e3),  # far from the origin: a centred copy
         (2_000, 4_000, 16, "softmax", 0.0),  # wider than long: no covariance
+        (2, 100_000, 2, "entmax15", 0.0),  # Lanczos's vectors, no 80 GB covariance
         (100_000, 32, 64, "hard", 0.0),
     ],
 )
