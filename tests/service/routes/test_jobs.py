@@ -306,13 +306,13 @@ def test_options_on_an_unknown_path_is_a_404(client: TestClient) -> None:
 
 
 def test_a_job_too_large_for_a_worker_is_refused_before_it_is_queued(settings: Settings) -> None:
-    # 2 MiB of workers' memory: 300 points fit with k=3, not with k=300 and softmax.
-    small = settings.model_copy(update={"max_job_bytes": 2 << 20})
+    # 16 MiB of workers' memory: 3 000 points fit with k=3, not with k=3 000 and softmax.
+    small = settings.model_copy(update={"max_job_bytes": 16 << 20})
     with TestClient(create_app(small)) as client:
-        dataset = upload(client, np.random.default_rng(0).normal(size=(300, 2)))
+        dataset = upload(client, np.random.default_rng(0).normal(size=(3000, 2)))
         ok = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "n_clusters": 3})
         assert ok.status_code == 202, ok.text
-        too_large = {"dataset_id": dataset["id"], "n_clusters": 300, "assignment": "softmax"}
+        too_large = {"dataset_id": dataset["id"], "n_clusters": 3000, "assignment": "softmax"}
         problem = assert_problem(client.post("/v1/jobs", json=too_large), 422)
         assert problem["type"].endswith("job-too-large")
         assert "RBFKM_MAX_JOB_BYTES" in problem["detail"] and "GiB" in problem["detail"]
