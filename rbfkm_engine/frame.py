@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .distances import squared_norms
+from .moments import weighted_mean
 from .progress import Callback, FitProgress
 
 #: The data are centred when their mean's squared norm exceeds this times the total
@@ -161,9 +163,6 @@ class Framed:
 def into_fit_frame(Xt: torch.Tensor, source: Any, w: torch.Tensor | None, top: float) -> Framed:
     """Scale ``Xt`` (converted from the caller's ``source``; ``top``: its ``max |x|``) by
     a power of two where needed and centre it where its mean is far from the origin."""
-    from .distances import squared_norms
-    from .moments import weighted_mean
-
     scale = power_of_two_scale(top, Xt.dtype)
     Xt = scaled(Xt, source, scale)
     mean = weighted_mean(Xt, w)

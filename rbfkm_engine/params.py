@@ -62,13 +62,13 @@ class Interval:
         if self.low is not None and self.high is not None:
             left = "[" if self.closed in ("both", "left") else "("
             right = "]" if self.closed in ("both", "right") else ")"
-            return f"{noun} in {left}{_number(self.low)}, {_number(self.high)}{right}"
+            return f"{noun} in {left}{bound_text(self.low)}, {bound_text(self.high)}{right}"
         if self.low is not None:
             sign = ">=" if self.closed in ("both", "left") else ">"
-            return f"{noun} {sign} {_number(self.low)}"
+            return f"{noun} {sign} {bound_text(self.low)}"
         if self.high is not None:
             sign = "<=" if self.closed in ("both", "right") else "<"
-            return f"{noun} {sign} {_number(self.high)}"
+            return f"{noun} {sign} {bound_text(self.high)}"
         return f"a finite {noun[2:]}" if self.kind == "real" else noun
 
 
@@ -192,6 +192,6 @@ def validate_params(
             raise InvalidParameterError(f"{name} must be {describe(allowed)}; got {shown}")
 
 
-def _number(value: float) -> str:
-    """A bound as written in a message: integers without a decimal point."""
+def bound_text(value: float) -> str:
+    """A bound as a message writes it: integers without a decimal point."""
     return str(int(value)) if float(value).is_integer() and abs(value) < 2**53 else repr(value)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import torch
 
-from .blocks import iter_chunks
 from .distances import squared_norms
 from .passes import Workspace
 from .swaps import (
@@ -147,7 +146,7 @@ def _principal_axes(ws: Workspace, C: torch.Tensor, axis: torch.Tensor) -> torch
         along = torch.zeros_like(C)  # sum_i w_i x_i (x_i - c) . v
         weight_along = torch.zeros(k, dtype=C.dtype, device=C.device)
         c_along = (C * axis).sum(dim=1)
-        for rows in iter_chunks(ws.X.shape[0], ws.chunk_size):
+        for rows in ws.chunks():
             lab = ws.labels[rows]
             proj = _own_projection(ws, rows, axis).sub_(c_along[lab])
             if ws.w is not None:

@@ -46,6 +46,7 @@ from rbfkm_engine.params import (
     Interval,
     NoneValue,
     Options,
+    bound_text,
 )
 
 
@@ -107,9 +108,9 @@ def describe(constraint: Constraint) -> str:
         noun = "an integer" if constraint.kind == "int" else "a finite number"
         lower = {"both": ">=", "left": ">=", "right": ">", "neither": ">"}[constraint.closed]
         upper = {"both": "<=", "right": "<=", "left": "<", "neither": "<"}[constraint.closed]
-        bounds = [f"{lower} {_number(constraint.low)}"] if constraint.low is not None else []
+        bounds = [f"{lower} {bound_text(constraint.low)}"] if constraint.low is not None else []
         if constraint.high is not None:
-            bounds.append(f"{upper} {_number(constraint.high)}")
+            bounds.append(f"{upper} {bound_text(constraint.high)}")
         return " ".join([noun, " and ".join(bounds)]).strip()
     if isinstance(constraint, Options):
         return " or ".join(json.dumps(value) for value in constraint.values)
@@ -118,11 +119,6 @@ def describe(constraint: Constraint) -> str:
     if isinstance(constraint, Boolean):
         return "true or false"
     return constraint.describe()
-
-
-def _number(value: float) -> str:
-    """A bound as a message writes it: integers without a decimal point."""
-    return str(int(value)) if float(value).is_integer() else repr(value)
 
 
 def _interval_type(interval: Interval) -> Any:
