@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 Phase = Literal["anneal", "lloyd", "swap"]
 #: The phases a :class:`FitProgress` may name, in the order a fit meets them.
-PHASES: tuple[Phase, ...] = ("anneal", "lloyd", "swap")
+PHASES: tuple[Phase, ...] = get_args(Phase)
 
 
 @dataclass(frozen=True)
