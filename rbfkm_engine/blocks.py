@@ -20,8 +20,16 @@ DEFAULT_BUDGET_BYTES = 256 * 1024**2
 #: Target size of one ``(rows, k)`` block on the CPU (see :func:`cache_chunk_size`).
 CPU_BLOCK_BYTES = 8 * 1024**2
 
-#: Rows per chunk never exceed this: larger blocks stop paying off in cache behaviour.
+#: Rows per chunk on the CPU never exceed this: larger blocks stop paying off in cache
+#: behaviour.
 MAX_CHUNK_ROWS = 65_536
+
+#: A fit on a GPU sizes its blocks from at most this share of the device memory free at
+#: its start, so that fits side by side on one GPU leave each other room.
+DEVICE_FREE_SHARE = 1 / 8
+
+#: A GPU fit's block budget stays at most this (beyond it blocks gain nothing).
+MAX_DEVICE_BUDGET_BYTES = 4 * 1024**3
 
 
 def chunk_size_for(
@@ -30,6 +38,7 @@ def chunk_size_for(
     itemsize: int,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     buffers_per_row: int = 4,
+    max_rows: int | None = MAX_CHUNK_ROWS,
 ) -> int:
     """Rows per chunk so that ``buffers_per_row`` ``(rows, k)`` blocks fit in the budget.
 
@@ -37,7 +46,8 @@ def chunk_size_for(
     ``(rows, d)`` block for weighted points.
     """
     per_row = itemsize * (buffers_per_row * n_clusters + n_features)
-    return int(max(1, min(MAX_CHUNK_ROWS, budget_bytes // max(per_row, 1))))
+    rows = budget_bytes // max(per_row, 1)
+    return int(max(1, rows if max_rows is None else min(max_rows, rows)))
 
 
 def cache_chunk_size(n_clusters: int, device: Device, itemsize: int = 4) -> int:
@@ -54,11 +64,33 @@ def cache_chunk_size(n_clusters: int, device: Device, itemsize: int = 4) -> int:
     return int(max(256, min(MAX_CHUNK_ROWS, CPU_BLOCK_BYTES // (itemsize * max(n_clusters, 1)))))
 
 
-def default_chunk_rows(n_clusters: int, n_features: int, itemsize: int, device: Device) -> int:
-    """Rows per block of a fit that sets no ``chunk_size``: cache-sized, within the
-    memory budget."""
-    budget = chunk_size_for(n_clusters, n_features, itemsize)
+def default_chunk_rows(
+    n_clusters: int,
+    n_features: int,
+    itemsize: int,
+    device: Device,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+) -> int:
+    """Rows per block of a fit that sets no ``chunk_size``: within ``budget_bytes``, and
+    cache-sized on the CPU; on a GPU as large as the budget allows (every block costs
+    kernel launches, and large blocks keep the device busy)."""
+    if _device_type(device) == "cuda":
+        return chunk_size_for(n_clusters, n_features, itemsize, budget_bytes, max_rows=None)
+    budget = chunk_size_for(n_clusters, n_features, itemsize, budget_bytes)
     return min(budget, cache_chunk_size(n_clusters, device, itemsize))
+
+
+def block_budget(device: Device) -> int:
+    """Bytes the blocks of a fit on ``device`` may take: :data:`DEFAULT_BUDGET_BYTES` on
+    the CPU; on a GPU :data:`DEVICE_FREE_SHARE` of the memory free there now, between
+    the default and :data:`MAX_DEVICE_BUDGET_BYTES`."""
+    if _device_type(device) != "cuda":
+        return DEFAULT_BUDGET_BYTES
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    share = int(free * DEVICE_FREE_SHARE)
+    return max(DEFAULT_BUDGET_BYTES, min(MAX_DEVICE_BUDGET_BYTES, share))
 
 
 def iter_chunks(n: int, chunk_size: int) -> Iterator[slice]:

@@ -32,8 +32,12 @@ def lloyd(
 
     ``abandon_above``: a trial's Lloyd phase stops, unconverged, once its inertia is bound
     to end above this (see :func:`bound_to_end_above`). One ``history`` record per phase.
+
+    On a GPU the passes may run their products in a lower precision (``matmul_precision``);
+    a fixed point found so is confirmed, or left, by passes in float32.
     """
     budget, ws = ctx.budget, ctx.passes
+    ws.exact_products = ws.precision == "highest"
     converged = False
     iters = 0
     seen: list[float] = []
@@ -52,8 +56,10 @@ def lloyd(
         # Re-seeding an empty cluster moves its centre, so it shows in the shift; where it
         # cannot move (every point coincides with a centre) this is still a fixed point.
         if shift <= ctx.tol:
-            converged = True
-            break
+            if ws.exact_products:
+                converged = True
+                break
+            ws.exact_products = True
         seen.append(last.objective)
         if abandon_above is not None and bound_to_end_above(seen, abandon_above):
             break

@@ -16,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .anneal import Schedule
 from .assign import responsibilities, to_csr_block
-from .blocks import default_chunk_rows, iter_chunks
+from .blocks import block_budget, default_chunk_rows, iter_chunks
 from .context import FitContext
 from .device import resolve_device
 from .distances import squared_distances, squared_norms
@@ -96,6 +96,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the fit. Fitted arrays are returned in the input's float precision.
+    matmul_precision : {"highest", "high", "medium"}, default="high"
+        On CUDA with Triton, the input precision of Lloyd's distance products: float32,
+        TF32 or bfloat16, accumulated in float32 (named as in
+        ``torch.set_float32_matmul_precision``). Whatever it is, Lloyd ends with float32
+        products until the centres stop moving, so the fit ends on a float32 K-Means
+        fixed point and ``labels_`` equal ``predict``'s. No effect on the CPU or with
+        ``dtype="float64"``.
     chunk_size : int or None, default=None
         Rows per distance block; ``None`` derives it from a 256 MiB budget.
     random_state : int, RandomState or None
@@ -142,11 +149,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         n_init: int = 1,
         device: str = "auto",
         dtype: str = "float32",
+        matmul_precision: str = "high",
         chunk_size: int | None = None,
         random_state: int | np.random.RandomState | None = None,
         verbose: bool = False,
     ) -> None:
-        # Fourteen parameters, past the engine's guide of eight: scikit-learn's estimator
+        # Fifteen parameters, past the engine's guide of eight: scikit-learn's estimator
         # API wants every hyper-parameter as a keyword of __init__, stored as given
         # (get_params, set_params, clone and the estimator checks rely on it).
         self.n_clusters = n_clusters
@@ -160,6 +168,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.n_init = n_init
         self.device = device
         self.dtype = dtype
+        self.matmul_precision = matmul_precision
         self.chunk_size = chunk_size
         self.random_state = random_state
         self.verbose = verbose
@@ -205,7 +214,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Rows per block: the ``chunk_size`` parameter, else cache- and budget-sized."""
         if self.chunk_size is not None:
             return int(self.chunk_size)
-        return default_chunk_rows(self.n_clusters, X.shape[1], X.element_size(), X.device)
+        k, d, item = self.n_clusters, X.shape[1], X.element_size()
+        return default_chunk_rows(k, d, item, X.device, block_budget(X.device))
 
     # ------------------------------------------------------------------ fitting
     def _initial_centres(
@@ -312,7 +322,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 scale=1.0 / n_init,
                 iteration_offset=iterations_done,
             )
-            passes = Workspace(Xt, w, self.n_clusters, chunk, framed.x_sq)
+            passes = Workspace(
+                Xt, w, self.n_clusters, chunk, framed.x_sq, precision=self.matmul_precision
+            )
             ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
             result = solve(ctx, schedule, C0, cov)
             iterations_done += result.n_iter

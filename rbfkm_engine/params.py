@@ -24,6 +24,9 @@ from .device import DEVICE_HELP, is_device_name
 ASSIGNMENTS = ("entmax15", "softmax", "hard")
 #: The compute precisions, by name.
 DTYPES = ("float32", "float64")
+#: Input precisions of the hard passes' distance products on CUDA, named as
+#: ``torch.set_float32_matmul_precision`` names them: float32, TF32, bfloat16.
+MATMUL_PRECISIONS = ("highest", "high", "medium")
 #: The initialisations named by a string (an array of initial centres is also accepted).
 INITS = ("k-means++", "random")
 
@@ -165,6 +168,7 @@ PARAMETER_CONSTRAINTS: dict[str, list[Constraint]] = {
     "n_init": [Interval("int", 1, None)],
     "device": [DeviceName()],
     "dtype": [Options(DTYPES)],
+    "matmul_precision": [Options(MATMUL_PRECISIONS)],
     "chunk_size": [Interval("int", 1, None), NoneValue()],
     "random_state": [Interval("int", 0, 2**32 - 1), RandomStateInstance(), NoneValue()],
     "verbose": [Boolean(), Interval("int", 0, None)],

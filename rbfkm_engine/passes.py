@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from . import fused
 from .assign import EStep, responsibilities
 from .blocks import iter_chunks
 from .distances import squared_distances, squared_norms
@@ -45,6 +46,7 @@ class Workspace:
         n_clusters: int,
         chunk_size: int,
         x_sq: torch.Tensor | None = None,
+        precision: str = "highest",
     ) -> None:
         self.X = X
         self.w = sample_weight
@@ -54,6 +56,13 @@ class Workspace:
         self.min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
         self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
         self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
+        # The input precision of hard passes' products on a GPU (see :mod:`.fused`), and
+        # whether they run in float32 now whatever it is (Lloyd confirms its fixed points).
+        self.precision = precision
+        self.exact_products = precision == "highest"
+        # Hard passes over every row at once (GPUs: no host synchronisation per block)
+        # rather than block by cache-sized block with hints (CPUs).
+        self.whole_passes = X.device.type != "cpu"
         # Lloyd's sums (R^T W X, R^T w) of ``labels``, in float64, kept between hard passes;
         # None whenever ``labels`` were written by anything but a hard pass.
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -187,6 +196,30 @@ class Workspace:
         else:
             num = torch.zeros_like(C)
             den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        if self.whole_passes:
+            inertia = self._whole_hard_pass(C, num, den, incremental)
+        else:
+            inertia = self._blocked_hard_pass(C, warm, num, den, incremental)
+        if not incremental:
+            num, den = num.double(), den.double()
+        self._hard_sums = (num, den)
+        total = float(inertia)
+        zeros = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+        stats = IterationStats(total, total, 1.0, 0, 0.0, zeros)
+        # A cluster that lost all its points can keep a rounding residue of its weights.
+        den_out = torch.where(den > 1e-12 * self.total_weight, den, 0.0)
+        return num.to(C.dtype), den_out.to(C.dtype), stats
+
+    def _blocked_hard_pass(
+        self,
+        C: torch.Tensor,
+        warm: bool,
+        num: torch.Tensor,
+        den: torch.Tensor,
+        incremental: bool,
+    ) -> torch.Tensor:
+        """The CPU's hard pass, block by cache-sized block, hinted by the last labels;
+        adds to the sums and returns the inertia (a float64 tensor)."""
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         c_sq = squared_norms(C).unsqueeze(0)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
@@ -201,15 +234,36 @@ class Workspace:
             else:
                 _add_points(num, den, self.X[rows], wc, labels)
             self.labels[rows] = labels
-        if not incremental:
-            num, den = num.double(), den.double()
-        self._hard_sums = (num, den)
-        total = float(inertia)
-        zeros = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
-        stats = IterationStats(total, total, 1.0, 0, 0.0, zeros)
-        # A cluster that lost all its points can keep a rounding residue of its weights.
-        den_out = torch.where(den > 1e-12 * self.total_weight, den, 0.0)
-        return num.to(C.dtype), den_out.to(C.dtype), stats
+        return inertia
+
+    def _whole_hard_pass(
+        self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, incremental: bool
+    ) -> torch.Tensor:
+        """A GPU's hard pass: the nearest centres of every row at once, then the sums of
+        the moved (or all) points; one host synchronisation (the moved rows' count)."""
+        old = self.labels.clone() if incremental else None
+        self._nearest_everywhere(C, exact=self.exact_products)
+        if old is not None:
+            _move_points(num, den, self.X, self.w, old, self.labels)
+        else:
+            _add_points(num, den, self.X, self.w, self.labels)
+        return weighted_sum(self.min_dist, self.w)
+
+    def _nearest_everywhere(self, C: torch.Tensor, exact: bool) -> None:
+        """``labels`` and ``min_dist`` of every row at ``C``: by the fused kernel where it
+        runs (float32 products when ``exact``, else the fit's precision), else block by
+        block with ``min`` (no hints, no host synchronisation). Ties go to the lowest
+        index."""
+        c_sq = squared_norms(C)
+        if fused.supports(self.X):
+            precision = "highest" if exact else self.precision
+            fused.nearest(self.X, self.x_sq, C, c_sq, precision, (self.min_dist, self.labels))
+            return
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            D = self.distances(rows, C, c_sq.unsqueeze(0))
+            d_min, labels = D.min(dim=1)
+            self.min_dist[rows] = (d_min + self.x_sq[rows]).clamp_min_(0.0)
+            self.labels[rows] = labels
 
     def update(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True
@@ -237,6 +291,9 @@ class Workspace:
         pass, so the fit's final labels are its labels.
         """
         self._hard_sums = None
+        if self.whole_passes:
+            self._nearest_everywhere(C, exact=True)
+            return float(weighted_sum(self.min_dist, self.w))
         c_sq = squared_norms(C).unsqueeze(0)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):

@@ -81,3 +81,36 @@ def test_cuda_half_input_is_handled() -> None:
     m = RBFKMeans(n_clusters=3, device="cuda", random_state=0).fit(data.X)
     soft = m.soft_assign(data.X.astype(np.float16))
     assert np.all(np.isfinite(soft.data))
+
+
+@pytest.mark.parametrize("precision", ("highest", "high", "medium"))
+def test_every_matmul_precision_ends_on_a_float32_fixed_point(precision: str) -> None:
+    # Lower-precision products find the fixed point; float32 passes confirm it, so the
+    # fit's labels are predict's and a float32 Lloyd step no longer moves the centres.
+    rng = np.random.default_rng(7)
+    centres = rng.normal(scale=4.0, size=(64, 32))
+    X = (centres[rng.integers(0, 64, 20_000)] + rng.normal(size=(20_000, 32))).astype(np.float32)
+    params = dict(n_clusters=64, assignment="hard", random_state=0, tol=0.0, max_iter=200)
+    gpu = RBFKMeans(device="cuda", matmul_precision=precision, **params).fit(X)
+    exact = RBFKMeans(device="cuda", matmul_precision="highest", **params).fit(X)
+    np.testing.assert_array_equal(gpu.predict(X), gpu.labels_)
+    step = RBFKMeans(
+        device="cuda",
+        init=gpu.cluster_centers_,
+        max_iter=1,
+        **{k: v for k, v in params.items() if k not in ("random_state", "max_iter")},
+    )
+    step.fit(X)
+    np.testing.assert_array_equal(step.labels_, gpu.labels_)
+    assert gpu.inertia_ == pytest.approx(exact.inertia_, rel=1e-3)
+
+
+def test_two_fits_share_one_gpu() -> None:
+    # Each sizes its blocks from a share of the memory free when it starts.
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = well_separated_blobs(n=50_000, k=8, d=16, seed=5)
+    fit = lambda seed: RBFKMeans(8, device="cuda", random_state=seed).fit(data.X)  # noqa: E731
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(fit, (0, 1))
+    assert a.inertia_ == pytest.approx(b.inertia_, rel=1e-3)

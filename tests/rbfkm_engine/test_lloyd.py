@@ -43,6 +43,22 @@ def test_lloyd_reaches_a_fixed_point() -> None:
     assert ctx.budget.lloyd_from == 0
 
 
+def test_a_fixed_point_of_low_precision_products_is_confirmed_in_float32() -> None:
+    # With a lower matmul precision Lloyd goes on until a pass with float32 products
+    # confirms the fixed point: one more iteration here, where both give the same labels.
+    X = square()
+    runs = {}
+    for precision in ("highest", "high"):
+        ctx = make_context(X, 12, tol=1e-12, max_iter=300)
+        ctx.passes.precision = precision
+        ctx.passes.whole_passes = True
+        C, converged = lloyd(ctx, bad_start(X))
+        assert converged and ctx.passes.exact_products
+        runs[precision] = (C, ctx.budget.n_iter)
+    torch.testing.assert_close(runs["high"][0], runs["highest"][0])
+    assert runs["high"][1] == runs["highest"][1] + 1
+
+
 def test_lloyd_respects_the_budget() -> None:
     X = square()
     seen: list[FitProgress] = []

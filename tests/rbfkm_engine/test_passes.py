@@ -116,6 +116,27 @@ def test_labels_written_another_way_drop_the_kept_sums(between: str) -> None:
     torch.testing.assert_close(den1, expected["den"], rtol=1e-12, atol=1e-9)
 
 
+@pytest.mark.parametrize("weighted", (False, True))
+def test_whole_hard_passes_equal_blocked_ones(weighted: bool) -> None:
+    # The GPUs' hard passes (every row at once, no hints) give the CPUs' labels and sums.
+    X = data()
+    w = weights(X.shape[0]) if weighted else None
+    blocked, whole = Workspace(X, w, 5, chunk_size=64), Workspace(X, w, 5, chunk_size=64)
+    whole.whole_passes = True
+    C = bad_centres(X)
+    for warm in (False, True, True, True):
+        num_b, den_b, stats_b = blocked.step(C, 0.0, "hard", warm=warm)
+        num_w, den_w, stats_w = whole.step(C, 0.0, "hard", warm=warm)
+        torch.testing.assert_close(whole.labels, blocked.labels)
+        torch.testing.assert_close(whole.min_dist, blocked.min_dist)
+        torch.testing.assert_close(num_w, num_b, rtol=1e-12, atol=1e-9)
+        torch.testing.assert_close(den_w, den_b, rtol=1e-12, atol=1e-9)
+        assert stats_w.inertia == pytest.approx(stats_b.inertia, rel=1e-12)
+        C, _ = blocked.update(C, num_b, den_b)
+    assert whole.hard_labels(C) == pytest.approx(blocked.hard_labels(C), rel=1e-12)
+    torch.testing.assert_close(whole.labels, blocked.labels)
+
+
 def test_a_hard_pass_equals_the_dense_reference() -> None:
     X = data()
     w = weights(X.shape[0])
