@@ -18,11 +18,14 @@ import numpy as np
 import psutil
 import pytest
 import redis
+import torch
+from sklearn.metrics import adjusted_rand_score
 
+from rbfkm_engine import RBFKMeans
 from service.cli import build_parser, main, settings_from
 from service.embedded import free_port
 from service.settings import Settings
-from tests.service.conftest import wait_for
+from tests.service.conftest import npy_bytes, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_DOC = ROOT / "README.md"
@@ -141,12 +144,16 @@ def test_halves_need_redis_url(monkeypatch: pytest.MonkeyPatch, command: str) ->
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
-    """`rbfkm serve` with the embedded Redis and one CPU worker."""
+def served(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """`rbfkm serve` with the embedded Redis and one worker: on the CPU, or on the device
+    an indirect parametrization names (``RBFKM_DEVICE``)."""
     port = free_port()
     log = tmp_path / "serve.log"
+    device = getattr(request, "param", "cpu")
     env = clean_env(
-        tmp_path, RBFKM_WORKERS="1", RBFKM_DEVICE="cpu", RBFKM_DATA_DIR=str(tmp_path / "d")
+        tmp_path, RBFKM_WORKERS="1", RBFKM_DEVICE=device, RBFKM_DATA_DIR=str(tmp_path / "d")
     )
     proc = start(["serve", "--port", str(port)], log, env)
     base_url = f"http://127.0.0.1:{port}"
@@ -162,9 +169,79 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]
                 server.kill()
 
 
+#: `served`'s RBFKM_DEVICE, and the device its worker reports in a result.
+ON_EACH_DEVICE = pytest.mark.parametrize(
+    ("served", "device"),
+    [
+        pytest.param("cpu", "cpu", id="cpu"),
+        pytest.param(
+            "cuda",
+            "cuda:0",
+            id="cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+            ],
+        ),
+    ],
+    indirect=["served"],
+)
+
+
+def four_blobs(n: int = 4000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Four blobs far apart in 3-D (any fit finds them exactly), and their true labels."""
+    centres = np.array([[-8.0, -8.0, 0.0], [8.0, -8.0, 0.0], [-8.0, 8.0, 0.0], [8.0, 8.0, 8.0]])
+    truth = np.arange(n) % len(centres)
+    points = centres[truth] + np.random.default_rng(seed).normal(scale=0.6, size=(n, 3))
+    return points, truth
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def fit_and_predict_blobs(base_url: str, log: Path, device: str) -> None:
+    """A soft and a hard job on a few thousand points run on the worker's `device` (their
+    results say so), find the blobs as a CPU fit does, and predict gives the job's labels."""
+    X, truth = four_blobs()
+    npy = {"Content-Type": "application/x-npy"}
+    rows = np.arange(0, len(X), 97)
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        dataset = http.post("/v1/datasets", content=npy_bytes(X), headers=npy)
+        assert dataset.status_code == 201, dataset.text
+        jobs = {}
+        for assignment in ("entmax15", "hard"):
+            body = {"n_clusters": 4, "assignment": assignment, "random_state": 0}
+            job = http.post("/v1/jobs", json={"dataset_id": dataset.json()["id"], **body})
+            assert job.status_code == 202, job.text
+            jobs[assignment] = job.json()["id"]
+        for assignment, job_id in jobs.items():
+            deadline = time.monotonic() + 60
+            while (job := http.get(f"/v1/jobs/{job_id}").json())["status"] not in TERMINAL:
+                assert time.monotonic() < deadline, f"{assignment}: {job}\n{log_tail(log)}"
+                time.sleep(0.1)
+            assert job["status"] == "succeeded", f"{assignment}: {job}\n{log_tail(log)}"
+            result = http.get(f"/v1/jobs/{job_id}/result?exclude=history").json()
+            assert result["device"] == device, (assignment, result["device"])
+            labels, centroids = np.array(result["labels"]), np.array(result["centroids"])
+            assert labels.shape == (len(X),) and centroids.shape == (4, 3), assignment
+            assert adjusted_rand_score(truth, labels) > 0.99, assignment
+            local = RBFKMeans(n_clusters=4, assignment=assignment, random_state=0, device="cpu")
+            inertia = local.fit(X).inertia_
+            assert result["inertia"] == pytest.approx(inertia, rel=1e-3), assignment
+            predicted = http.post(
+                f"/v1/jobs/{job_id}/predict", content=npy_bytes(X[rows]), headers=npy
+            )
+            assert predicted.status_code == 200, predicted.text
+            assert predicted.json()["labels"] == labels[rows].tolist(), assignment
+
+
+@ON_EACH_DEVICE
 def test_serve_runs_everything_and_shuts_down_cleanly(
-    served: tuple[str, subprocess.Popen[bytes], Path], tmp_path: Path
+    served: tuple[str, subprocess.Popen[bytes], Path], device: str, tmp_path: Path
 ) -> None:
+    """The tiny job, the README's session and real fits on the worker's device (on a GPU
+    machine too, with RBFKM_DEVICE=cuda); then SIGTERM stops everything."""
     base_url, proc, log = served
     output = log.read_text()
     assert f"rbfkm API on {base_url}" in output
@@ -182,6 +259,8 @@ def test_serve_runs_everything_and_shuts_down_cleanly(
         )
         assert session.returncode == 0, session.stdout + session.stderr
         assert '"labels":[' in session.stdout and "succeeded" in session.stdout
+    fit_and_predict_blobs(base_url, log, device)
+    assert f"started on {device}" in log.read_text(), log_tail(log)
     assert stop(proc, log) == 0, log.read_text()
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
