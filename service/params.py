@@ -90,6 +90,7 @@ EXPOSED: dict[str, Exposed] = {
 HIDDEN: dict[str, str] = {
     "dtype": "the workers fit in float32; stored datasets are checked to fit its range",
     "chunk_size": "memory per block is the worker's concern, sized from its device",
+    "matmul_precision": "the worker's speed setting; every fit ends on a float32 fixed point",
     "verbose": "a worker's log is not the client's; progress is reported on the job",
 }
 
