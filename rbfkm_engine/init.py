@@ -24,9 +24,17 @@ def sample_proportional(
     categories (2**24 there).
     """
     cdf = torch.cumsum(weights.double(), dim=0)
-    u = torch.rand(n_samples, generator=generator, dtype=torch.float64, device=weights.device)
+    u = _uniform(n_samples, generator, weights.device)
     idx = torch.searchsorted(cdf, u * cdf[-1], right=True)
     return idx.clamp_max_(weights.shape[0] - 1)
+
+
+def _uniform(n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """``n`` float64 draws from U[0, 1) on ``device``, made on the generator's own device (a
+    CUDA generator cannot fill a CPU tensor, nor the reverse)."""
+    source = device if generator is None else generator.device
+    u = torch.rand(n, generator=generator, dtype=torch.float64, device=source)
+    return u.to(device)
 
 
 def _min_distances_to(
@@ -101,7 +109,7 @@ def random_init(
         if sample_weight is None
         else sample_weight.to(torch.float64)
     )
-    u = torch.rand(n, generator=generator, dtype=torch.float64, device=X.device)
+    u = _uniform(n, generator, X.device)
     gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
     keys = torch.where(w > 0, torch.log(w.clamp_min(1e-300)) + gumbel, gumbel - 1e300)
     idx = torch.topk(keys, n_clusters).indices

@@ -140,12 +140,10 @@ class Twins:
 
     def _fresh(self, centres: torch.Tensor, radius2: torch.Tensor) -> torch.Tensor:
         """Twins of ``centres`` in random directions, ``PERTURB`` radii away."""
-        u = torch.randn(
-            centres.shape,
-            generator=self.generator,
-            dtype=torch.float64,
-            device=self.generator.device,
-        )
+        # Drawn on the generator's device (a CUDA generator cannot fill a CPU tensor, nor
+        # the reverse); without one, from torch's global generator on the centres' device.
+        device = centres.device if self.generator is None else self.generator.device
+        u = torch.randn(centres.shape, generator=self.generator, dtype=torch.float64, device=device)
         u = (u / u.norm(dim=1, keepdim=True).clamp_min(1e-300)).to(
             device=centres.device, dtype=centres.dtype
         )

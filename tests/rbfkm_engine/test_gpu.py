@@ -114,3 +114,38 @@ def test_two_fits_share_one_gpu() -> None:
     with ThreadPoolExecutor(2) as pool:
         a, b = pool.map(fit, (0, 1))
     assert a.inertia_ == pytest.approx(b.inertia_, rel=1e-3)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("init", ("k-means++", "random"))
+def test_cuda_every_path_runs(assignment: str, init: str) -> None:
+    # Grown (annealed) fits, k-means++ and random seeding, sample weights, and every
+    # inference method: the paths the array-init comparison above does not take.
+    data = well_separated_blobs(n=300, k=4, d=3, seed=5)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, data.X.shape[0])
+    m = RBFKMeans(n_clusters=4, assignment=assignment, init=init, device="cuda", random_state=0)
+    m.fit(data.X, sample_weight=w)
+    np.testing.assert_array_equal(m.predict(data.X), m.labels_)
+    assert m.transform(data.X).shape == (300, 4)
+    np.testing.assert_allclose(-m.score(data.X, sample_weight=w), m.inertia_, rtol=1e-5)
+    soft = m.soft_assign(data.X, sigma=m.sigma_ + 1.0)
+    np.testing.assert_allclose(soft.toarray().sum(axis=1), 1.0, rtol=1e-5)
+    again = RBFKMeans(n_clusters=4, assignment=assignment, init=init, device="cuda", random_state=0)
+    np.testing.assert_array_equal(again.fit(data.X, sample_weight=w).labels_, m.labels_)
+
+
+def test_cuda_wide_data_takes_lanczos() -> None:
+    # More than SMALL_COVARIANCE features: lambda_max by scipy's eigsh, its products on
+    # the device.
+    X = np.random.default_rng(1).standard_normal((400, 300))
+    m = RBFKMeans(n_clusters=3, assignment="softmax", device="cuda", random_state=0, max_iter=20)
+    assert m.fit(X).cluster_centers_.shape == (3, 300)
+
+
+def test_init_takes_a_generator_of_another_device() -> None:
+    from rbfkm_engine.init import kmeans_plusplus, random_init
+
+    X = torch.from_numpy(well_separated_blobs(n=200, k=3, d=2, seed=6).X).cuda()
+    for init in (kmeans_plusplus, random_init):
+        C = init(X, 3, generator=torch.Generator().manual_seed(0))
+        assert C.device == X.device and C.shape == (3, 2)

@@ -209,3 +209,15 @@ def test_after_a_split_the_halves_get_fresh_twins_and_the_others_keep_theirs() -
     torch.testing.assert_close(twins.twins[1], C[1] + moving[0])  # kept
     distance = (twins.twins - twins.centres).norm(dim=1)
     torch.testing.assert_close(distance[[0, 2]], torch.full((2,), PERTURB, dtype=torch.float64))
+
+
+def test_twins_without_a_generator_draw_on_the_centres_device() -> None:
+    # FitContext's generator may be None: fresh twins then come from torch's global
+    # generator on the centres' device, not from ``None.device``.
+    C = torch.tensor([[0.0, 0.0], [10.0, 0.0]], dtype=torch.float64)
+    twins = Twins(C, 4, None)
+    twins.centres = C
+    twins.launch(torch.ones(2, dtype=torch.float64))
+    assert twins.twins is not None and twins.twins.device == C.device
+    distance = (twins.twins - twins.centres).norm(dim=1)
+    torch.testing.assert_close(distance, torch.full((2,), PERTURB, dtype=torch.float64))
