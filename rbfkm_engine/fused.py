@@ -16,6 +16,7 @@ Triton is optional: without it, or off CUDA, or for float64 data, :func:`support
 false and the passes use the eager path.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -87,27 +88,29 @@ def nearest(
         block_d = 64
     min_dist, labels = out
     grid = (triton.cdiv(n, config.block_m),)
-    _nearest_kernel[grid](
-        X,
-        C.contiguous(),
-        c_sq.contiguous(),
-        x_sq,
-        min_dist,
-        labels,
-        n,
-        k,
-        X.stride(0),
-        C.stride(0),
-        D=d,
-        BLOCK_M=config.block_m,
-        BLOCK_K=config.block_k,
-        BLOCK_D=block_d,
-        RESIDENT=resident,
-        PRECISION="tf32" if precision == "high" else "ieee",
-        LOW=precision == "medium",
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
+    # Launch on the data's GPU, not the current one (the CPU: Triton's interpreter).
+    with torch.cuda.device(X.device) if X.is_cuda else contextlib.nullcontext():
+        _nearest_kernel[grid](
+            X,
+            C.contiguous(),
+            c_sq.contiguous(),
+            x_sq,
+            min_dist,
+            labels,
+            n,
+            k,
+            X.stride(0),
+            C.stride(0),
+            D=d,
+            BLOCK_M=config.block_m,
+            BLOCK_K=config.block_k,
+            BLOCK_D=block_d,
+            RESIDENT=resident,
+            PRECISION="tf32" if precision == "high" else "ieee",
+            LOW=precision == "medium",
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
 
 
 if triton is not None:  # the module imports without Triton; only the kernel needs it
