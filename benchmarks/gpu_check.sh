@@ -115,7 +115,7 @@ run_step() { # run_step NAME SECONDS CMD... : output to $OUT/NAME.txt, rc logged
 
 T=$(($(left) - 300))
 [ "$T" -gt 110 ] && T=110
-run_step pytest_engine_gpu "$T" "$PY" -m pytest -m gpu -p no:cacheprovider -q -x --tb=short \
+run_step pytest_engine_gpu "$T" "$PY" -m pytest -m gpu -p no:cacheprovider -q --tb=short \
     -rs tests/rbfkm_engine || STATUS=1
 # the service end to end with a CUDA worker: `rbfkm serve`, upload, job, result, predict
 T=$(($(left) - 240))
