@@ -416,14 +416,38 @@ def rooflines(run: Run, shape: tuple[int, int, int], read: dict[str, Any]) -> di
     }
 
 
+def fused_kernel(run: Run, X: torch.Tensor, C: torch.Tensor) -> dict[str, Any]:
+    """ms of the engine's fused nearest-centre kernel alone (one hard pass's distances and
+    argmin, tuned tiles) in each ``matmul_precision``: the rest of a Lloyd iteration is
+    the difference to its ms/iter."""
+    from rbfkm_engine import fused
+
+    if not fused.supports(X):
+        return {"skipped": "needs CUDA and Triton"}
+    x_sq, c_sq = (X * X).sum(dim=1), (C * C).sum(dim=1)
+    out = (torch.empty_like(x_sq), torch.empty(X.shape[0], dtype=torch.long, device=X.device))
+    res: dict[str, Any] = {}
+    for precision in fused.PRECISIONS:
+        try:
+            fn = lambda p=precision: fused.nearest(X, x_sq, C, c_sq, p, out)  # noqa: E731
+            ms = best_ms(fn, run.device, run.args.gemm_repeats)
+            res[precision] = {"ms": ms, "tflops": tflops(2.0 * X.numel() * C.shape[0], ms)}
+        except Exception as exc:  # one precision failing must not stop the others
+            res[precision] = {"error": error_text(exc)}
+    return res
+
+
 def floor_section(run: Run, shape: tuple[int, int, int], X: torch.Tensor, C0: np.ndarray) -> None:
-    """The GEMM floor, the read of X and the rooflines of one shape, printed and recorded."""
+    """The GEMM floor, the fused kernel alone, the read of X and the rooflines of one
+    shape, printed and recorded."""
     entry = run.shape_report(shape)
     C = torch.as_tensor(C0, device=X.device)
     entry["floor"] = gemm_floor(run, X, C)
+    entry["fused_kernel"] = fused_kernel(run, X, C)
     entry["read_x"] = read_once(run, X)
     entry["roofline"] = rooflines(run, shape, entry["read_x"])
     print_floor(entry)
+    print(f"   fused kernel alone (ms): {entry['fused_kernel']}")
     run.save()
 
 

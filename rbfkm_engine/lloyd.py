@@ -37,7 +37,7 @@ def lloyd(
     a fixed point found so is confirmed, or left, by passes in float32.
     """
     budget, ws = ctx.budget, ctx.passes
-    ws.exact_products = ws.precision == "highest"
+    ws.exact_products = not ws.fast_products
     converged = False
     iters = 0
     seen: list[float] = []

@@ -59,7 +59,7 @@ class Workspace:
         # The input precision of hard passes' products on a GPU (see :mod:`.fused`), and
         # whether they run in float32 now whatever it is (Lloyd confirms its fixed points).
         self.precision = precision
-        self.exact_products = precision == "highest"
+        self.exact_products = True
         # Hard passes over every row at once (GPUs: no host synchronisation per block)
         # rather than block by cache-sized block with hints (CPUs).
         self.whole_passes = X.device.type != "cpu"
@@ -71,6 +71,12 @@ class Workspace:
         # ``_padded_distances``).
         self._blocks: dict[str, torch.Tensor] = {}
         self._padded_as: tuple[int, int, int] | None = None
+
+    @property
+    def fast_products(self) -> bool:
+        """Whether hard passes may run their products below float32: the fused kernel at
+        a ``precision`` other than ``"highest"``."""
+        return self.whole_passes and self.precision != "highest" and fused.supports(self.X)
 
     def chunks(self) -> list[slice]:
         """The row blocks of every pass."""

@@ -35,9 +35,13 @@ def separated(n: int, d: int, k: int, device: str) -> tuple[torch.Tensor, torch.
     return X.to(device), C.to(device)
 
 
-def check_nearest(device: str, precisions: tuple[str, ...] = MATMUL_PRECISIONS) -> None:
+def check_nearest(
+    device: str,
+    precisions: tuple[str, ...] = MATMUL_PRECISIONS,
+    shapes: tuple[tuple[int, int, int], ...] = SHAPES,
+) -> None:
     """Compare :func:`fused.nearest` with a float64 dense argmin on every shape."""
-    for n, d, k in SHAPES:
+    for n, d, k in shapes:
         X, C = separated(n, d, k, device)
         x_sq, c_sq = (X * X).sum(dim=1), (C * C).sum(dim=1)
         D = torch.cdist(X.double(), C.double()) ** 2
@@ -66,10 +70,9 @@ def test_supports_float32_cuda_only() -> None:
 
 
 def test_tiles_suit_the_features() -> None:
-    for d in (2, 64, 128, 256, 1000):
-        for precision in MATMUL_PRECISIONS:
-            config = fused.default_config(d, precision)
-            assert config.block_m >= 16 and config.block_k >= 16
+    # Triton's products need tiles of at least 16 in every dimension.
+    for config in (*fused.TUNED_CONFIGS, *map(fused.default_config, (2, 64, 128, 256, 1000))):
+        assert config.block_m >= 16 and config.block_k >= 16
 
 
 @pytest.mark.skipif(fused.triton is None, reason="needs Triton (its interpreter runs on the CPU)")
@@ -97,6 +100,8 @@ def test_kernel_in_the_interpreter() -> None:
 @pytest.mark.skipif(fused.triton is None, reason="needs Triton")
 def test_kernel_on_cuda() -> None:
     check_nearest("cuda")
+    # Large enough for the tuned tiles: Triton times each configuration on first use.
+    check_nearest("cuda", shapes=((1 << 17, 128, 1024),))
 
 
 @pytest.mark.gpu
