@@ -47,17 +47,21 @@ def device_for_index(configured: str, index: int) -> str:
 
 
 def job_device(params: Mapping[str, Any], default: str) -> str:
-    """A job's own ``device`` overrides the worker's only when this machine has it.
+    """A job's own ``device`` overrides the worker's only for the CPU or the worker's own
+    GPU (canonical: ``"cuda"`` is ``"cuda:0"``).
 
-    A job asking for a GPU this worker's machine lacks still runs (on the worker's device):
-    the API cannot know which machine will take the job.
+    The worker holds its device's lock while a job runs, so a job may not take another
+    GPU (another worker may be running there). A job asking for a device it cannot have
+    still runs, on the worker's device: the API cannot know which worker takes the job.
     """
     requested = params.get("device")
     if not requested or requested == "auto":
         return default
     if isinstance(requested, str) and is_available(requested):
-        return requested
-    log.warning("job asks for device %r, not available here; using %s", requested, default)
+        name = canonical_device(requested)
+        if name in ("cpu", default):
+            return name
+    log.warning("job asks for device %r, not this worker's; using %s", requested, default)
     return default
 
 

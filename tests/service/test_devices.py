@@ -35,6 +35,14 @@ def test_job_device_overrides_only_with_a_device_this_machine_has() -> None:
     assert job_device({"device": "cuda:99"}, "cpu") == "cpu"
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_count(), reason="needs a CUDA device")
+def test_a_job_takes_only_its_workers_gpu() -> None:
+    # The worker holds its own GPU's lock: a job on another GPU could meet another worker.
+    assert job_device({"device": "cuda"}, "cuda:0") == "cuda:0"
+    assert job_device({"device": "cuda:0"}, "cpu") == "cpu"
+
+
 def test_device_lock_is_exclusive_per_scope(tmp_path: Path) -> None:
     first = DeviceLock("cuda:0", tmp_path, scope="a")
     second = DeviceLock("cuda:0", tmp_path, scope="a")
