@@ -258,8 +258,8 @@ class Workspace:
     def _nearest_everywhere(self, C: torch.Tensor, exact: bool) -> None:
         """``labels`` and ``min_dist`` of every row at ``C``: by the fused kernel where it
         runs (float32 products when ``exact``, else the fit's precision), else block by
-        block with ``min`` (no hints, no host synchronisation). Ties go to the lowest
-        index."""
+        block through :meth:`_nearest` without hints (on a GPU a plain ``min``: no host
+        synchronisation). Ties go to the lowest index."""
         c_sq = squared_norms(C)
         if fused.supports(self.X):
             precision = "highest" if exact else self.precision
@@ -267,9 +267,7 @@ class Workspace:
             return
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
             D = self.distances(rows, C, c_sq.unsqueeze(0))
-            d_min, labels = D.min(dim=1)
-            self.min_dist[rows] = (d_min + self.x_sq[rows]).clamp_min_(0.0)
-            self.labels[rows] = labels
+            self.min_dist[rows], self.labels[rows] = self._nearest(rows, D, None)
 
     def update(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True
