@@ -45,6 +45,45 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Accepted API keys (JSON list or comma-separated); empty: no auth.",
     )
+    admin_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Keys that see and manage every tenant's data (JSON list or "
+        "comma-separated; each may be `sha256:<hex>`).",
+    )
+    tenant_max_stored_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Bytes of datasets and results one tenant may keep (0: no limit); a "
+        "tenant's own `max_stored_bytes` in RBFKM_API_KEYS overrides it.",
+    )
+    tenant_max_active_jobs: int = Field(
+        default=0,
+        ge=0,
+        description="Queued and running jobs one tenant may have at once (0: no limit); a "
+        "tenant's own `max_active_jobs` in RBFKM_API_KEYS overrides it.",
+    )
+    threads_per_worker: int | None = Field(
+        default=None,
+        ge=1,
+        description="CPU threads of each worker's fits (default: the usable cores, cgroup "
+        "quota included, split between the workers).",
+    )
+    max_runtime_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Time limit of a job that sets no `max_runtime_s` of its own.",
+    )
+    max_runtime_cap_s: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="The largest `max_runtime_s` a job may ask for.",
+    )
+    max_json_body_bytes: int = Field(
+        default=16 * 1024**2,
+        gt=0,
+        description="Largest JSON body of a request that is not a dataset upload (job "
+        "requests).",
+    )
     result_ttl_s: int = Field(
         default=7 * 24 * 3600, gt=0, description="Retention of datasets, jobs and results."
     )
@@ -66,7 +105,7 @@ class Settings(BaseSettings):
             raise ValueError(f"must be {DEVICE_HELP}")
         return value
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod
     def _split_api_keys(cls, value: object) -> object:
         """Accept a JSON list or a comma-separated string."""
