@@ -24,6 +24,7 @@ from service.results import ResultStore
 from service.routes import datasets, health, jobs
 from service.routes.docs import install_docs
 from service.settings import Settings, get_settings
+from service.tenants import Keyring
 from service.uploads import Spooler
 
 DESCRIPTION = """
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.keyring = Keyring.from_settings(settings)
     app.state.redis = client
     app.state.datasets = DatasetStore.from_settings(client, settings)
     app.state.uploads = Spooler.under(settings.data_dir, settings.max_upload_bytes)
@@ -85,7 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.state.queue_factory = queue
     registry = CollectorRegistry()
-    registry.register(QueueCollector(queue))
+    registry.register(QueueCollector(queue, app.state.keyring.names))
     app.state.registry = registry
     app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry))
     install_problem_handlers(app)

@@ -4,8 +4,10 @@ An array lives at ``{data_dir}/datasets/{id}.npy``, written atomically (or, for 
 upload already in the final format, renamed into place: no copy at all), the layout the
 workers load with ``np.load(path, mmap_mode="r")`` through :func:`load_dataset`, the one
 loader API and workers share. Metadata lives under ``{prefix}:dataset:{id}`` with an index
-``{prefix}:datasets`` (a sorted set by creation time). Parsing the uploaded bodies is
-:mod:`service.uploads`'; a missing dataset is a :class:`~service.errors.DatasetNotFound`.
+``{prefix}:datasets`` (a sorted set by creation time), and one per tenant,
+``{prefix}:tenant:{tenant}:datasets``; a dataset's ``tenant`` field names its owner.
+Parsing the uploaded bodies is :mod:`service.uploads`'; a missing dataset is a
+:class:`~service.errors.DatasetNotFound`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import redis
 from service.common import is_safe_id, text, utc_now
 from service.errors import DatasetNotFound
 from service.settings import Settings
+from service.tenants import DEFAULT_TENANT
 from service.uploads import Parsed, Upload, parse
 
 
@@ -73,35 +76,40 @@ class DatasetStore:
     def _key(self, dataset_id: str) -> str:
         return f"{self.prefix}:dataset:{dataset_id}"
 
-    @property
-    def _index(self) -> str:
-        return f"{self.prefix}:datasets"
+    def _index(self, tenant: str | None = None) -> str:
+        """The sorted set of every dataset, or of one tenant's."""
+        if tenant is None:
+            return f"{self.prefix}:datasets"
+        return f"{self.prefix}:tenant:{tenant}:datasets"
 
-    def _sha_key(self, sha256: str, name: str | None, media: str) -> str:
-        """Where the same bytes, name and way of parsing them (a CSV header or not) are
-        found again."""
-        tag = hashlib.sha256(f"{media}\n{name or ''}".encode()).hexdigest()[:16]
+    def _sha_key(self, sha256: str, name: str | None, media: str, tenant: str) -> str:
+        """Where the same tenant's same bytes, name and way of parsing them (a CSV header
+        or not) are found again; another tenant's upload of them is a dataset of its own."""
+        tag = hashlib.sha256(f"{tenant}\n{media}\n{name or ''}".encode()).hexdigest()[:16]
         return f"{self.prefix}:dataset-sha256:{sha256}:{tag}"
 
     def path(self, dataset_id: str) -> Path:
         """The `.npy` file of a dataset."""
         return dataset_path(self.data_dir, dataset_id)
 
-    def create(self, upload: Upload, media: str, name: str | None) -> tuple[dict[str, Any], bool]:
-        """Parse, validate and store a spooled body; `(dataset, created)`.
+    def create(
+        self, upload: Upload, media: str, name: str | None, tenant: str = DEFAULT_TENANT
+    ) -> tuple[dict[str, Any], bool]:
+        """Parse, validate and store a spooled body as ``tenant``'s; `(dataset, created)`.
 
-        The same bytes with the same `name` argument, parsed the same way, uploaded again
-        return the stored dataset with `created=False`. The spooled file is consumed either
-        way.
+        The same bytes with the same `name` argument, parsed the same way, uploaded again by
+        the same tenant return the stored dataset with `created=False`. The spooled file is
+        consumed either way.
         """
-        sha_key = self._sha_key(upload.sha256, name, media)
+        sha_key = self._sha_key(upload.sha256, name, media, tenant)
         try:
             existing = self._find_same(sha_key)
             if existing is not None:
                 return existing, False
             parsed = parse(upload.path, media)
             dataset_id = uuid.uuid4().hex
-            self._write(parsed, upload.path, self.path(dataset_id))
+            path = self.path(dataset_id)
+            self._write(parsed, upload.path, path)
             array = parsed.array
             meta = {
                 "id": dataset_id,
@@ -111,7 +119,9 @@ class DatasetStore:
                 "dtype": str(array.dtype),
                 "sha256": upload.sha256,
                 "size_bytes": upload.size,
+                "stored_bytes": path.stat().st_size,
                 "created_at": utc_now().isoformat(),
+                "tenant": tenant,
             }
             self._save(meta, sha_key)
             return meta, True
@@ -136,7 +146,8 @@ class DatasetStore:
         pipe = self.client.pipeline()
         pipe.hset(self._key(meta["id"]), mapping=fields)
         pipe.expire(self._key(meta["id"]), self.ttl_s)
-        pipe.zadd(self._index, {meta["id"]: created})
+        pipe.zadd(self._index(), {meta["id"]: created})
+        pipe.zadd(self._index(meta["tenant"]), {meta["id"]: created})
         pipe.set(sha_key, meta["id"], ex=self.ttl_s)
         pipe.execute()
 
@@ -155,32 +166,52 @@ class DatasetStore:
             "dtype": meta["dtype"],
             "sha256": meta["sha256"],
             "size_bytes": int(meta["size_bytes"]),
+            "stored_bytes": int(meta.get("stored_bytes") or meta["size_bytes"]),
             "created_at": meta["created_at"],
+            "tenant": meta.get("tenant") or DEFAULT_TENANT,
         }
 
     def get(self, dataset_id: str) -> dict[str, Any] | None:
         """The metadata of a dataset, or None (also once its retention has lapsed)."""
         raw = self.client.hgetall(self._key(dataset_id))
         if not raw:
-            self._forget(dataset_id)
+            self._forget(dataset_id, None)
             return None
         if not self.path(dataset_id).exists():
             return None
         return self._decode(raw)
 
-    def list(self, *, offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
-        """A page of datasets, newest first, and the total."""
-        ids = [text(i) for i in self.client.zrevrange(self._index, offset, offset + limit - 1)]
-        pipe = self.client.pipeline()
-        for dataset_id in ids:
-            pipe.hgetall(self._key(dataset_id))
+    def list(
+        self, *, offset: int = 0, limit: int = 50, tenant: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of datasets (one tenant's, or every tenant's), newest first, and the
+        total."""
+        index = self._index(tenant)
+        ids = [text(i) for i in self.client.zrevrange(index, offset, offset + limit - 1)]
         items = []
-        for dataset_id, raw in zip(ids, pipe.execute(), strict=True):
+        for dataset_id, raw in zip(ids, self._hashes(ids), strict=True):
             if raw:
                 items.append(self._decode(raw))
             else:
-                self._forget(dataset_id)
-        return items, int(self.client.zcard(self._index))
+                self._forget(dataset_id, tenant)
+        return items, int(self.client.zcard(index))
+
+    def _hashes(self, ids: list[str]) -> list[dict[Any, Any]]:
+        pipe = self.client.pipeline()
+        for dataset_id in ids:
+            pipe.hgetall(self._key(dataset_id))
+        return pipe.execute()
+
+    def stored_bytes(self, tenant: str) -> int:
+        """The bytes of the tenant's stored datasets (what its storage quota counts)."""
+        ids = [text(i) for i in self.client.zrange(self._index(tenant), 0, -1)]
+        total = 0
+        for dataset_id, raw in zip(ids, self._hashes(ids), strict=True):
+            if raw:
+                total += self._decode(raw)["stored_bytes"]
+            else:
+                self._forget(dataset_id, tenant)
+        return total
 
     def delete(self, dataset_id: str) -> bool:
         """Remove a dataset's metadata and file; False if there was none."""
@@ -188,18 +219,24 @@ class DatasetStore:
         if not raw:
             return False
         sha_key = text(raw.get(b"sha_key", raw.get("sha_key", "")))
+        tenant = self._decode(raw)["tenant"]
         pipe = self.client.pipeline()
         pipe.delete(self._key(dataset_id))
         if sha_key:
             pipe.delete(sha_key)
-        pipe.zrem(self._index, dataset_id)
+        pipe.zrem(self._index(), dataset_id)
+        pipe.zrem(self._index(tenant), dataset_id)
         pipe.execute()
         self.path(dataset_id).unlink(missing_ok=True)
         return True
 
-    def _forget(self, dataset_id: str) -> None:
-        """Drop what is left of an expired dataset (index entry and file)."""
-        if self.client.zrem(self._index, dataset_id):
+    def _forget(self, dataset_id: str, tenant: str | None) -> None:
+        """Drop what is left of an expired dataset (index entries and file); its tenant's
+        index entry goes when that tenant's index is read."""
+        removed = self.client.zrem(self._index(), dataset_id)
+        if tenant is not None:
+            removed += self.client.zrem(self._index(tenant), dataset_id)
+        if removed:
             self.path(dataset_id).unlink(missing_ok=True)
 
     def load(self, dataset_id: str) -> np.ndarray:

@@ -107,3 +107,36 @@ class JobTooLarge(ServiceError):
         super().__init__(
             detail, field="body.n_clusters", message="the job exceeds the worker's memory budget"
         )
+
+class QuotaExceeded(ServiceError):
+    """A tenant at one of its quotas (:class:`service.tenants.Quota`); it may retry once
+    it has less, ``retry_after_s`` says when to look again."""
+
+    retry_after_s: int = 1
+
+
+class TooManyActiveJobs(QuotaExceeded):
+    """A tenant that already has its quota of queued and running jobs."""
+
+    def __init__(self, tenant: str, limit: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} already has {limit} queued or running jobs, its quota; "
+            "wait for one to finish (or cancel one) and retry",
+            field="body",
+            message=f"at most {limit} unfinished jobs",
+        )
+
+
+class StorageQuotaExceeded(QuotaExceeded):
+    """A tenant whose stored datasets and results would exceed its quota of bytes."""
+
+    retry_after_s = 60
+
+    def __init__(self, tenant: str, used: int, incoming: int, limit: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} stores {used} bytes of datasets and results; {incoming} more "
+            f"would exceed its quota of {limit} bytes: delete datasets or jobs it no longer "
+            "needs (DELETE /v1/datasets/{id}, DELETE /v1/jobs/{id}) and retry",
+            field="body",
+            message=f"over the quota of {limit} stored bytes",
+        )

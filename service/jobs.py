@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from service.common import json_number, text
+from service.tenants import DEFAULT_TENANT
 
 
 class JobStatus(str, Enum):
@@ -82,4 +83,5 @@ def job_record(raw: dict[Any, Any]) -> dict[str, Any] | None:
         "started_at": h.get("started_at"),
         "finished_at": h.get("finished_at"),
         "attempts": int(h.get("attempts") or 0),
+        "tenant": h.get("tenant") or DEFAULT_TENANT,
     }

@@ -18,6 +18,10 @@ The keys (every one starts with the prefix ``{p}``, ``rbfkm`` by default):
 - ``{p}:jobs:index`` and ``{p}:jobs:status:{status}`` — sorted sets of job ids scored by
   creation time, for newest-first paging, status filters and counts without scans;
   ``{p}:jobs:expiry`` — when finished jobs' hashes expire, so the indexes are pruned.
+- ``{p}:tenant:{t}:jobs:index``, ``{p}:tenant:{t}:jobs:status:{status}`` and
+  ``{p}:tenant:{t}:jobs:dead`` — the same indexes and dead letters of one tenant's jobs (the
+  job hash's ``tenant`` field); ``{p}:jobs:owner`` maps a job id to its tenant until the job
+  is pruned, so an expired job leaves its tenant's indexes too.
 - ``{p}:worker:{consumer}`` — a worker's heartbeat key (with a TTL), ``{p}:workers`` the set
   of names seen, for readiness.
 
@@ -55,12 +59,17 @@ local stream = prefix .. ':jobs'
 local dead = prefix .. ':jobs:dead'
 
 local function status_key(s) return prefix .. ':jobs:status:' .. s end
+local function tenant_key(t, suffix) return prefix .. ':tenant:' .. t .. ':jobs:' .. suffix end
 
 local function move(new)
-  local old = redis.call('HGET', key, 'status')
-  local score = redis.call('HGET', key, 'created_ts')
-  if old then redis.call('ZREM', status_key(old), id) end
+  local h = redis.call('HMGET', key, 'status', 'created_ts', 'tenant')
+  local old, score, t = h[1], h[2], h[3]
+  if old then
+    redis.call('ZREM', status_key(old), id)
+    if t then redis.call('ZREM', tenant_key(t, 'status:' .. old), id) end
+  end
   redis.call('ZADD', status_key(new), score, id)
+  if t then redis.call('ZADD', tenant_key(t, 'status:' .. new), score, id) end
   redis.call('HSET', key, 'status', new)
 end
 
@@ -78,8 +87,14 @@ local function ack(entry)
 end
 
 local function dead_letter(err, now_iso)
+  local h = redis.call('HMGET', key, 'attempts', 'tenant')
+  local t = h[2] or ''
   redis.call('XADD', dead, 'MAXLEN', '~', 100000, '*', 'job', id, 'error', err,
-    'attempts', redis.call('HGET', key, 'attempts'), 'at', now_iso)
+    'attempts', h[1], 'at', now_iso, 'tenant', t)
+  if h[2] then
+    redis.call('XADD', tenant_key(t, 'dead'), 'MAXLEN', '~', 10000, '*', 'job', id,
+      'error', err, 'attempts', h[1], 'at', now_iso, 'tenant', t)
+  end
 end
 
 local function requeue(entry)
@@ -113,15 +128,28 @@ local function preempted(entry, attempt, now_iso, now_ts, ttl)
 end
 """
 
-# ARGV[4..] dataset_id, params, now_iso, now_ts, progress
+# ARGV[4..] dataset_id, params, now_iso, now_ts, progress, tenant, max_active (0: no cap).
+# Returns 1 (queued), 0 (the id exists) or -1 (the tenant has max_active unfinished jobs).
 _SUBMIT = """
 if redis.call('EXISTS', key) == 1 then return 0 end
+local t = ARGV[9]
+local cap = tonumber(ARGV[10])
+if cap > 0 then
+  local active = 0
+  for s, _ in pairs(UNFINISHED) do
+    active = active + redis.call('ZCARD', tenant_key(t, 'status:' .. s))
+  end
+  if active >= cap then return -1 end
+end
 local entry = redis.call('XADD', stream, '*', 'job', id)
 redis.call('HSET', key, 'id', id, 'dataset_id', ARGV[4], 'params', ARGV[5], 'status', QUEUED,
   'progress', ARGV[8], 'created_at', ARGV[6], 'created_ts', ARGV[7], 'attempts', 0,
-  'cancel', '0', 'entry', entry)
+  'cancel', '0', 'entry', entry, 'tenant', t)
 redis.call('ZADD', prefix .. ':jobs:index', ARGV[7], id)
 redis.call('ZADD', status_key(QUEUED), ARGV[7], id)
+redis.call('ZADD', tenant_key(t, 'index'), ARGV[7], id)
+redis.call('ZADD', tenant_key(t, 'status:' .. QUEUED), ARGV[7], id)
+redis.call('HSET', prefix .. ':jobs:owner', id, t)
 return 1
 """
 
@@ -259,11 +287,19 @@ return st
 
 _DELETE = """
 if redis.call('EXISTS', key) == 0 then return 0 end
+local t = redis.call('HGET', key, 'tenant')
 redis.call('DEL', key)
 redis.call('ZREM', prefix .. ':jobs:index', id)
 redis.call('ZREM', prefix .. ':jobs:expiry', id)
+redis.call('HDEL', prefix .. ':jobs:owner', id)
 for _, s in ipairs(STATUSES) do
   redis.call('ZREM', status_key(s), id)
+end
+if t then
+  redis.call('ZREM', tenant_key(t, 'index'), id)
+  for _, s in ipairs(STATUSES) do
+    redis.call('ZREM', tenant_key(t, 'status:' .. s), id)
+  end
 end
 return 1
 """
@@ -274,11 +310,21 @@ local prefix = ARGV[1]
 local expiry = prefix .. ':jobs:expiry'
 local ids = redis.call('ZRANGEBYSCORE', expiry, '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
 local n = 0
+local owners = prefix .. ':jobs:owner'
 for _, id in ipairs(ids) do
   if redis.call('EXISTS', prefix .. ':job:' .. id) == 0 then
     redis.call('ZREM', prefix .. ':jobs:index', id)
     for _, s in ipairs(STATUSES) do
       redis.call('ZREM', prefix .. ':jobs:status:' .. s, id)
+    end
+    local t = redis.call('HGET', owners, id)
+    if t then
+      local tenant = prefix .. ':tenant:' .. t .. ':jobs:'
+      redis.call('ZREM', tenant .. 'index', id)
+      for _, s in ipairs(STATUSES) do
+        redis.call('ZREM', tenant .. 'status:' .. s, id)
+      end
+      redis.call('HDEL', owners, id)
     end
     n = n + 1
   end

@@ -1,4 +1,5 @@
-"""Prometheus metrics: HTTP requests and latency, queue depth, jobs by status, job durations.
+"""Prometheus metrics: HTTP requests and latency, queue depth, jobs by status, job durations,
+and per tenant: requests by status class and jobs by status.
 
 Each app gets its own registry (several apps in one test process must not collide). HTTP
 metrics come from a pure ASGI middleware (it adds no I/O to a request, so polls stay cheap);
@@ -8,7 +9,7 @@ queue figures are read from Redis at scrape time by a collector, so they are nev
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -44,10 +45,21 @@ class HttpMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
         )
 
-    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        """Record one finished request."""
+        self.tenant_requests = Counter(
+            "rbfkm_tenant_http_requests",
+            "Authenticated HTTP requests by tenant and status (429s show quota pressure).",
+            ["tenant", "status"],
+            registry=registry,
+        )
+
+    def observe(
+        self, method: str, route: str, status: int, seconds: float, tenant: str | None = None
+    ) -> None:
+        """Record one finished request (and its tenant's count, once authenticated)."""
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(method, route).observe(seconds)
+        if tenant is not None:
+            self.tenant_requests.labels(tenant, str(status)).inc()
 
 
 class MetricsMiddleware:
@@ -75,8 +87,9 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
+            tenant = scope.get("state", {}).get("tenant")  # set by the caller dependency
             self.metrics.observe(
-                scope.get("method", ""), template, status, time.perf_counter() - start
+                scope.get("method", ""), template, status, time.perf_counter() - start, tenant
             )
 
 
@@ -94,8 +107,9 @@ def _seconds(start: Any, end: Any) -> float | None:
 class QueueCollector(Collector):
     """Reads the queue at scrape time; Redis being down only leaves these series out."""
 
-    def __init__(self, queue_factory: Callable[[], Any]) -> None:
+    def __init__(self, queue_factory: Callable[[], Any], tenants: Iterable[str] = ()) -> None:
         self.queue_factory = queue_factory
+        self.tenants = list(tenants)
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -103,6 +117,7 @@ class QueueCollector(Collector):
             depth = queue.depth()
             counts = queue.status_counts()
             alive = queue.workers_alive()
+            by_tenant = {tenant: queue.status_counts(tenant) for tenant in self.tenants}
             finished = []
             for status in _TIMED:
                 jobs, _ = queue.list(status=status, limit=_RECENT_JOBS)
@@ -115,6 +130,13 @@ class QueueCollector(Collector):
         for status in STATUSES:
             jobs.add_metric([status.value], float(counts.get(status, 0)))
         yield jobs
+        tenant_jobs = GaugeMetricFamily(
+            "rbfkm_tenant_jobs", "Jobs by tenant and status.", labels=["tenant", "status"]
+        )
+        for tenant, tenant_counts in by_tenant.items():
+            for status in STATUSES:
+                tenant_jobs.add_metric([tenant, status.value], float(tenant_counts[status]))
+        yield tenant_jobs
         yield self._durations(finished)
 
     @staticmethod

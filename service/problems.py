@@ -32,6 +32,7 @@ from service.errors import (
     InvalidDataset,
     InvalidIdempotencyKey,
     JobTooLarge,
+    QuotaExceeded,
     ResultNotFound,
     ServiceError,
     UnsupportedMediaType,
@@ -86,6 +87,7 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     # nginx's "client closed request": nobody reads it, but logs and metrics count it apart.
     UploadInterrupted: _Problem(CLIENT_CLOSED_REQUEST, "client-closed-request"),
     JobTooLarge: _Problem(422, "job-too-large"),
+    QuotaExceeded: _Problem(429, "quota-exceeded", retry=True),
 }
 
 
@@ -197,8 +199,13 @@ def problem_of(exc: ServiceError) -> ProblemError:
         exc.detail + rule.hint,
         kind=rule.kind,
         errors=[] if exc.field is None else [(exc.field, exc.message)],
-        headers=dict(RETRY_AFTER) if rule.retry else None,
+        headers={"Retry-After": str(_retry_after(exc))} if rule.retry else None,
     )
+
+
+def _retry_after(exc: ServiceError) -> int:
+    """Seconds before a retry may succeed: the error's own figure, or the service's."""
+    return int(getattr(exc, "retry_after_s", RETRY_AFTER_S))
 
 
 async def _on_domain(request: Request, exc: Exception) -> JSONResponse:

@@ -66,8 +66,17 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from service.common import now_stamps, stream_entries, text
-from service.jobs import EMPTY_PROGRESS, STATUSES, JobStatus, job_record, progress_record
+from service.errors import TooManyActiveJobs
+from service.jobs import (
+    EMPTY_PROGRESS,
+    STATUSES,
+    UNFINISHED,
+    JobStatus,
+    job_record,
+    progress_record,
+)
 from service.lua import DROP_CONSUMER, JOB_SCRIPTS, PRUNE
+from service.tenants import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -138,8 +147,17 @@ class JobQueue:
         """The Redis key of a job's hash."""
         return f"{self.prefix}:job:{job_id}"
 
-    def _status_key(self, status: JobStatus) -> str:
-        return f"{self.prefix}:jobs:status:{status}"
+    def _status_key(self, status: JobStatus, tenant: str | None = None) -> str:
+        """The sorted set of jobs in ``status``: every tenant's, or one tenant's."""
+        if tenant is None:
+            return f"{self.prefix}:jobs:status:{status}"
+        return f"{self._tenant_prefix(tenant)}:status:{status}"
+
+    def _tenant_prefix(self, tenant: str) -> str:
+        return f"{self.prefix}:tenant:{tenant}:jobs"
+
+    def _index_key(self, tenant: str | None) -> str:
+        return self._index if tenant is None else f"{self._tenant_prefix(tenant)}:index"
 
     def _call(self, script: str, job_id: str, *args: Any) -> Any:
         return self._scripts[script](
@@ -157,12 +175,20 @@ class JobQueue:
     # ---- API side ------------------------------------------------------------------------
 
     def submit(
-        self, dataset_id: str, params: dict[str, Any], *, job_id: str | None = None
+        self,
+        dataset_id: str,
+        params: dict[str, Any],
+        *,
+        job_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+        max_active: int = 0,
     ) -> dict[str, Any]:
-        """Create a queued job and enqueue its id; an existing ``job_id`` is returned as is."""
+        """Create a queued job of ``tenant`` and enqueue its id; an existing ``job_id`` is
+        returned as is. TooManyActiveJobs when the tenant already has ``max_active``
+        queued or running jobs (0: no cap); the check and the enqueue are one script."""
         job_id = job_id or uuid.uuid4().hex
         now_iso, now_ts = now_stamps()
-        self._call(
+        created = self._call(
             "submit",
             job_id,
             dataset_id,
@@ -170,7 +196,11 @@ class JobQueue:
             now_iso,
             now_ts,
             json.dumps(EMPTY_PROGRESS),
+            tenant,
+            max_active,
         )
+        if int(created) < 0:
+            raise TooManyActiveJobs(tenant, max_active)
         job = self.get(job_id)
         assert job is not None
         return job
@@ -183,15 +213,21 @@ class JobQueue:
         self._prune(args=[self.prefix, f"{time.time():.6f}", 1000])
 
     def list(
-        self, *, status: str | None = None, offset: int = 0, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+        tenant: str | None = None,
     ) -> tuple[builtins.list[dict[str, Any]], int]:
-        """A page of jobs, newest first, optionally of one status, and the total count."""
+        """A page of jobs, newest first, optionally of one status, and the total count:
+        one tenant's, or every tenant's for ``tenant=None``."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be >= 0")
         self._prune_expired()
-        index = self._index if status is None else self._status_key(status)
+        index = self._index_key(tenant) if status is None else self._status_key(status, tenant)
         total = int(self.client.zcard(index))
         if limit == 0:
             return [], total
@@ -213,33 +249,52 @@ class JobQueue:
         """Forget a job (its worker, if any, stops); result files are the caller's to delete."""
         return bool(self._call("delete", job_id))
 
-    def status_counts(self) -> dict[str, int]:
-        """How many known jobs are in each status."""
+    def status_counts(self, tenant: str | None = None) -> dict[str, int]:
+        """How many known jobs (of one tenant, or of all) are in each status."""
         self._prune_expired()
         pipe = self.client.pipeline(transaction=False)
         for status in STATUSES:
-            pipe.zcard(self._status_key(status))
+            pipe.zcard(self._status_key(status, tenant))
         return {status: int(n) for status, n in zip(STATUSES, pipe.execute(), strict=True)}
+
+    def active(self, tenant: str) -> int:
+        """The tenant's queued and running jobs (what its concurrency quota counts)."""
+        pipe = self.client.pipeline(transaction=False)
+        for status in UNFINISHED:
+            pipe.zcard(self._status_key(status, tenant))
+        return int(sum(pipe.execute()))
+
+    def result_bytes(self, tenant: str) -> int:
+        """The bytes of the tenant's stored results (its storage quota counts them)."""
+        ids = self.client.zrange(self._status_key(JobStatus.SUCCEEDED, tenant), 0, -1)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.job_key(text(job_id)), "result")
+        metas = [json.loads(raw) for raw in pipe.execute() if raw]
+        return int(sum(meta.get("stored_bytes", 0) for meta in metas))
 
     def depth(self) -> int:
         """Jobs waiting for a worker."""
         return int(self.client.zcard(self._status_key(JobStatus.QUEUED)))
 
     def dead_letters(
-        self, *, offset: int = 0, limit: int = 50
+        self, *, offset: int = 0, limit: int = 50, tenant: str | None = None
     ) -> tuple[builtins.list[dict[str, Any]], int]:
-        """A page of the dead-letter stream, newest first, and its length.
+        """A page of the dead-letter stream (one tenant's, or every tenant's), newest
+        first, and its length.
 
         Each item: ``job_id``, ``error``, ``attempts`` (the job's claims when it was given up)
         and ``failed_at``. The stream outlives the jobs' hashes (it is capped at about
-        100 000 entries, not expired), so it is where an operator finds what failed and why.
+        100 000 entries, a tenant's at 10 000, not expired), so it is where an operator
+        finds what failed and why.
         """
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be >= 0")
-        total = int(self.client.xlen(self.dead_stream))
+        stream = self.dead_stream if tenant is None else f"{self._tenant_prefix(tenant)}:dead"
+        total = int(self.client.xlen(stream))
         if limit == 0 or offset >= total:
             return [], total
-        entries = self.client.xrevrange(self.dead_stream, count=offset + limit)[offset:]
+        entries = self.client.xrevrange(stream, count=offset + limit)[offset:]
         items = []
         for _, raw in entries:
             fields = {text(k): text(v) for k, v in raw.items()}
@@ -249,6 +304,7 @@ class JobQueue:
                     "error": fields.get("error"),
                     "attempts": int(fields.get("attempts") or 0),
                     "failed_at": fields.get("at"),
+                    "tenant": fields.get("tenant") or DEFAULT_TENANT,
                 }
             )
         return items, total

@@ -114,8 +114,10 @@ class ResultStore:
                 }
             )
             (staging / "summary.json").write_text(json.dumps(summary, allow_nan=False))
+            stored_bytes = 0
             for name in ("centroids.npy", "labels.npy", "assignments.npz", "summary.json"):
                 _fsync_file(staging / name)
+                stored_bytes += (staging / name).stat().st_size
             final = directory / f"attempt-{attempt}"
             if final.exists():  # the same attempt saved again: replace it
                 shutil.rmtree(final)
@@ -134,6 +136,7 @@ class ResultStore:
             "sigma": summary["sigma"],
             "assignment": summary["assignment"],
             "assignments_nnz": int(assignments.nnz),
+            "stored_bytes": stored_bytes,
         }
 
     def discard(self, job_id: str, attempt: int) -> None:

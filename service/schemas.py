@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.jobs import JobStatus
 from service.params import EngineFields, engine_fields, model_with
+from service.tenants import DEFAULT_TENANT
 from service.uploads import FLOAT32_MAX, NAME_MAX_LENGTH
 
 #: A value of a dataset: what the parser keeps (finite, within float32's range).
@@ -86,7 +87,9 @@ class Dataset(BaseModel):
                     "dtype": "float64",
                     "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
                     "size_bytes": 4928,
+                    "stored_bytes": 4928,
                     "created_at": "2026-01-01T12:00:00Z",
+                    "tenant": "default",
                 }
             ]
         }
@@ -99,7 +102,9 @@ class Dataset(BaseModel):
     dtype: Literal["float32", "float64"]
     sha256: str = Field(description="SHA-256 of the uploaded bytes.")
     size_bytes: int = Field(description="Size of the uploaded body.")
+    stored_bytes: int = Field(description="Size of the stored array (what quotas count).")
     created_at: datetime
+    tenant: str = Field(description="The tenant that owns the dataset.")
 
 
 class Page(BaseModel):
@@ -175,6 +180,7 @@ class Job(BaseModel):
                     "started_at": "2026-01-01T12:00:01Z",
                     "finished_at": None,
                     "attempts": 1,
+                    "tenant": "default",
                 }
             ]
         }
@@ -190,6 +196,7 @@ class Job(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     attempts: int = 0
+    tenant: str = Field(default=DEFAULT_TENANT, description="The tenant that owns the job.")
 
 
 class JobList(Page):
@@ -209,6 +216,7 @@ class DeadLetter(BaseModel):
                     "error": "n_clusters=5 exceeds the number of distinct points (3)",
                     "attempts": 1,
                     "failed_at": "2026-01-01T12:00:02Z",
+                    "tenant": "default",
                 }
             ]
         }
@@ -218,6 +226,7 @@ class DeadLetter(BaseModel):
     error: str = Field(description="The last error of the job.")
     attempts: int = Field(description="How many times the job was claimed by a worker.")
     failed_at: datetime = Field(description="When the job was given up.")
+    tenant: str = Field(default=DEFAULT_TENANT, description="The tenant that owned the job.")
 
 
 class DeadLetterList(Page):

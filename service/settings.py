@@ -6,16 +6,16 @@ Every setting is read from an environment variable named in its ``alias`` (or th
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rbfkm_engine.device import DEVICE_HELP, is_device_name
 from service.budget import default_max_job_bytes
+from service.tenants import normalise_admin_keys, normalise_api_keys
 
 
 class Settings(BaseSettings):
@@ -41,9 +41,12 @@ class Settings(BaseSettings):
         description="Memory one job may take on a worker; a larger one is refused with a 422 "
         "(default: half of this machine's memory, or of its cgroup limit).",
     )
-    api_keys: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Accepted API keys (JSON list or comma-separated); empty: no auth.",
+    api_keys: Annotated[dict[str, dict[str, Any]], NoDecode] = Field(
+        default_factory=dict,
+        description="Tenants and their keys: a JSON object `{tenant: key | [keys] | {\"keys\": "
+        "[...], \"max_stored_bytes\": N, \"max_active_jobs\": N}}`, or a JSON list or "
+        "comma-separated keys of one tenant (`default`); keys may be `sha256:<hex>`; empty: "
+        "no auth.",
     )
     admin_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -105,17 +108,17 @@ class Settings(BaseSettings):
             raise ValueError(f"must be {DEVICE_HELP}")
         return value
 
-    @field_validator("api_keys", "admin_keys", mode="before")
+    @field_validator("api_keys", mode="before")
     @classmethod
-    def _split_api_keys(cls, value: object) -> object:
-        """Accept a JSON list or a comma-separated string."""
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [key.strip() for key in text.split(",") if key.strip()]
-        return value
+    def _parse_api_keys(cls, value: object) -> object:
+        """Any accepted form (see :mod:`service.tenants`) as `{tenant: {"keys": ...}}`."""
+        return normalise_api_keys(value)
 
+    @field_validator("admin_keys", mode="before")
+    @classmethod
+    def _parse_admin_keys(cls, value: object) -> object:
+        """A JSON list or a comma-separated string."""
+        return normalise_admin_keys(value)
 
 @lru_cache
 def get_settings() -> Settings:

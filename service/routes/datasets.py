@@ -7,8 +7,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from service.deps import Datasets, Uploads, require_api_key
-from service.problems import not_found
+from service.deps import (
+    CurrentCaller,
+    Datasets,
+    OwnedDataset,
+    Queue,
+    Tenants,
+    Uploads,
+    require_caller,
+)
+from service.quotas import check_storage
 from service.routes.bodies import DATASET_BODY, CsvHeader, Limit, Offset, problems, spool_body
 from service.schemas import Dataset, DatasetList
 from service.uploads import NAME_MAX_LENGTH, media_type
@@ -16,7 +24,7 @@ from service.uploads import NAME_MAX_LENGTH, media_type
 router = APIRouter(
     prefix="/v1/datasets",
     tags=["datasets"],
-    dependencies=[Depends(require_api_key)],
+    dependencies=[Depends(require_caller)],
     responses=problems(401, 422),
 )
 
@@ -31,15 +39,22 @@ router = APIRouter(
         "optional header row: `header`), a `.npy` file or a Parquet file (numeric columns). "
         "Errors name the row and column, counting from 0. The body is "
         "streamed to disk, never held in memory. `201` with `Location`; the same bytes (and "
-        "`name`) uploaded again answer `200` with the stored dataset."
+        "`name`) uploaded again by the same tenant answer `200` with the stored dataset. A "
+        "tenant over its quota of stored bytes gets a `429`."
     ),
-    responses={200: {"model": Dataset, "description": "Already stored"}, **problems(413, 415, 422)},
+    responses={
+        200: {"model": Dataset, "description": "Already stored"},
+        **problems(413, 415, 422, 429),
+    },
     openapi_extra=DATASET_BODY,
 )
 async def create_dataset(
     request: Request,
     response: Response,
+    caller: CurrentCaller,
+    tenants: Tenants,
     datasets: Datasets,
+    queue: Queue,
     uploads: Uploads,
     name: Annotated[
         str | None, Query(max_length=NAME_MAX_LENGTH, description="Name (for non-JSON bodies).")
@@ -47,33 +62,44 @@ async def create_dataset(
     header: CsvHeader = None,
 ) -> dict:
     media = media_type(request.headers.get("content-type"), header)
+    quota = tenants.quota(caller.tenant)
+    declared = request.headers.get("content-length", "")
+    incoming = int(declared) if declared.isdigit() else 0
+    await run_in_threadpool(check_storage, caller.tenant, quota, datasets, queue, incoming)
     upload = await spool_body(request, uploads)
-    meta, created = await run_in_threadpool(datasets.create, upload, media, name)
+    try:
+        await run_in_threadpool(
+            check_storage, caller.tenant, quota, datasets, queue, upload.size
+        )
+    except BaseException:
+        upload.path.unlink(missing_ok=True)
+        raise
+    meta, created = await run_in_threadpool(
+        datasets.create, upload, media, name, caller.tenant
+    )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"
     return meta
 
 
 @router.get("", response_model=DatasetList, summary="List datasets (newest first)")
-def list_datasets(datasets: Datasets, offset: Offset = 0, limit: Limit = 50) -> dict:
-    items, total = datasets.list(offset=offset, limit=limit)
+def list_datasets(
+    caller: CurrentCaller, datasets: Datasets, offset: Offset = 0, limit: Limit = 50
+) -> dict:
+    items, total = datasets.list(offset=offset, limit=limit, tenant=caller.scope)
     return {"items": items, "total": total, "offset": offset, "limit": limit}
 
 
 @router.get(
     "/{dataset_id}", response_model=Dataset, summary="Get a dataset", responses=problems(404)
 )
-def get_dataset(dataset_id: str, datasets: Datasets) -> dict:
-    meta = datasets.get(dataset_id)
-    if meta is None:
-        raise not_found("dataset", dataset_id)
-    return meta
+def get_dataset(dataset: OwnedDataset) -> dict:
+    return dataset
 
 
 @router.delete(
     "/{dataset_id}", status_code=204, summary="Delete a dataset", responses=problems(404)
 )
-def delete_dataset(dataset_id: str, datasets: Datasets) -> Response:
-    if not datasets.delete(dataset_id):
-        raise not_found("dataset", dataset_id)
+def delete_dataset(dataset: OwnedDataset, datasets: Datasets) -> Response:
+    datasets.delete(dataset["id"])
     return Response(status_code=204)

@@ -13,19 +13,21 @@ from starlette.concurrency import run_in_threadpool
 from service.budget import check_job_memory
 from service.deps import (
     AppSettings,
+    CurrentCaller,
     Datasets,
     Idempotency,
-    Principal,
+    OwnedJob,
     Queue,
     Results,
+    Tenants,
     Uploads,
-    require_api_key,
+    require_caller,
 )
 from service.idempotency import _MAX_KEY_LENGTH as MAX_KEY_LENGTH
 from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint
 from service.jobs import UNFINISHED, JobStatus
-from service.problems import RETRY_AFTER, ProblemError, not_found
+from service.problems import RETRY_AFTER, ProblemError
 from service.routes.bodies import (
     DATASET_BODY,
     CsvHeader,
@@ -44,31 +46,24 @@ from service.schemas import (
     Prediction,
     SparseRows,
 )
+from service.tenants import Caller
 from service.uploads import media_type, parsed_upload
 
 router = APIRouter(
     prefix="/v1/jobs",
     tags=["jobs"],
-    dependencies=[Depends(require_api_key)],
+    dependencies=[Depends(require_caller)],
     responses=problems(401, 422),
 )
 
 NPZ = "application/x-npz"
 
 
-def _job_or_404(queue: Any, job_id: str) -> dict[str, Any]:
-    job = queue.get(job_id)
-    if job is None:
-        raise not_found("job", job_id)
-    return job
-
-
-def _succeeded_or_409(queue: Any, job_id: str) -> dict[str, Any]:
+def _succeeded_or_409(job: dict[str, Any]) -> dict[str, Any]:
     """The job, if it has a result; 409 with the reason otherwise."""
-    job = _job_or_404(queue, job_id)
     status = job["status"]
     if status != JobStatus.SUCCEEDED:
-        detail = f"job {job_id!r} is {status}; the result exists once it has succeeded"
+        detail = f"job {job['id']!r} is {status}; the result exists once it has succeeded"
         if status == JobStatus.FAILED and job.get("error"):
             detail += f" (error: {job['error']})"
         headers = dict(RETRY_AFTER) if status in UNFINISHED else None
@@ -87,11 +82,13 @@ def _job_headers(job: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
-def _check_against_dataset(body: JobCreate, datasets: Any, max_job_bytes: int) -> None:
-    """Parameters that only make sense for this dataset: k <= n, init width = d, and a job
-    that fits a worker's memory."""
+def _check_against_dataset(
+    body: JobCreate, datasets: Any, max_job_bytes: int, caller: Caller
+) -> None:
+    """Parameters that only make sense for this dataset: one the caller may see, k <= n,
+    init width = d, and a job that fits a worker's memory."""
     meta = datasets.get(body.dataset_id)
-    if meta is None:
+    if meta is None or not caller.sees(meta["tenant"]):
         # 422, not 404: the resource addressed (/v1/jobs) exists, a field of the body is wrong.
         raise ProblemError(
             422,
@@ -125,16 +122,18 @@ def _check_against_dataset(body: JobCreate, datasets: Any, max_job_bytes: int) -
     summary="Start a clustering job",
     description=(
         "Validates the parameters against the dataset and queues the fit. `202` with "
-        "`Location: /v1/jobs/{id}`. With an `Idempotency-Key` header (scoped per API key) a "
+        "`Location: /v1/jobs/{id}`. With an `Idempotency-Key` header (scoped per tenant) a "
         "retry with the same body returns the same job; another body is a `422`; a retry "
         "while the first is still being accepted is a `409`. A job whose memory on a worker "
-        "would exceed `RBFKM_MAX_JOB_BYTES` is a `422` that says what to change."
+        "would exceed `RBFKM_MAX_JOB_BYTES` is a `422` that says what to change. A tenant "
+        "with its quota of queued and running jobs gets a `429` with `Retry-After`."
     ),
-    responses=problems(409, 422),
+    responses=problems(409, 422, 429),
 )
 def create_job(
     body: JobCreate,
-    principal: Principal,
+    caller: CurrentCaller,
+    tenants: Tenants,
     queue: Queue,
     datasets: Datasets,
     idempotency: Idempotency,
@@ -151,33 +150,39 @@ def create_job(
 ) -> JSONResponse:
     body_hash = fingerprint(body.model_dump(mode="json"))
     if idempotency_key is not None:
-        stored = idempotency.begin(principal, idempotency_key, body_hash)
+        stored = idempotency.begin(caller.tenant, idempotency_key, body_hash)
         if stored is not None:
             return JSONResponse(stored.body, status_code=stored.status, headers=stored.headers)
     try:
-        _check_against_dataset(body, datasets, settings.max_job_bytes)
-        job = queue.submit(body.dataset_id, body.params())
+        _check_against_dataset(body, datasets, settings.max_job_bytes, caller)
+        job = queue.submit(
+            body.dataset_id,
+            body.params(),
+            tenant=caller.tenant,
+            max_active=tenants.quota(caller.tenant).max_active_jobs,
+        )
         content = _job_body(job)
         headers = _job_headers(job)
     except BaseException:
         if idempotency_key is not None:
-            idempotency.abandon(principal, idempotency_key)
+            idempotency.abandon(caller.tenant, idempotency_key)
         raise
     if idempotency_key is not None:
         idempotency.complete(
-            principal, idempotency_key, body_hash, StoredResponse(202, content, headers)
+            caller.tenant, idempotency_key, body_hash, StoredResponse(202, content, headers)
         )
     return JSONResponse(content, status_code=202, headers=headers)
 
 
 @router.get("", response_model=JobList, summary="List jobs (newest first)")
 def list_jobs(
+    caller: CurrentCaller,
     queue: Queue,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
     offset: Offset = 0,
     limit: Limit = 50,
 ) -> dict[str, Any]:
-    items, total = queue.list(status=status, offset=offset, limit=limit)
+    items, total = queue.list(status=status, offset=offset, limit=limit, tenant=caller.scope)
     return {"items": items, "total": total, "offset": offset, "limit": limit}
 
 
@@ -187,6 +192,7 @@ def list_jobs(
     summary="List dead-lettered jobs (newest first)",
 )
 def list_dead_letters(
+    caller: CurrentCaller,
     queue: Queue,
     offset: Offset = 0,
     limit: Limit = 50,
@@ -201,7 +207,7 @@ def list_dead_letters(
     at about 100 000 entries instead), so it says what failed and why after
     `GET /v1/jobs/{id}` no longer can.
     """
-    items, total = queue.dead_letters(offset=offset, limit=limit)
+    items, total = queue.dead_letters(offset=offset, limit=limit, tenant=caller.scope)
     return {"items": items, "total": total, "offset": offset, "limit": limit}
 
 
@@ -212,8 +218,7 @@ def list_dead_letters(
     description="`Retry-After` (seconds) is set while the job is queued or running.",
     responses=problems(404),
 )
-def get_job(job_id: str, queue: Queue) -> JSONResponse:
-    job = _job_or_404(queue, job_id)
+def get_job(job: OwnedJob) -> JSONResponse:
     return JSONResponse(_job_body(job), headers=_job_headers(job))
 
 
@@ -223,8 +228,8 @@ def get_job(job_id: str, queue: Queue) -> JSONResponse:
     summary="Delete a job and its result (cancels it first)",
     responses=problems(404),
 )
-def delete_job(job_id: str, queue: Queue, results: Results) -> Response:
-    job = _job_or_404(queue, job_id)
+def delete_job(job: OwnedJob, queue: Queue, results: Results) -> Response:
+    job_id = job["id"]
     if job["status"] in UNFINISHED:
         queue.cancel(job_id)
     queue.delete(job_id)
@@ -242,17 +247,20 @@ def delete_job(job_id: str, queue: Queue, results: Results) -> Response:
     ),
     responses=problems(404, 409),
 )
-def cancel_job(job_id: str, queue: Queue) -> JSONResponse:
-    job = _job_or_404(queue, job_id)
+def cancel_job(job: OwnedJob, queue: Queue) -> JSONResponse:
+    job_id = job["id"]
     if job["status"] not in UNFINISHED and job["status"] != JobStatus.CANCELED:
         raise ProblemError(409, f"job {job_id!r} has already {job['status']}", kind="job-finished")
-    job = queue.cancel(job_id) or _job_or_404(queue, job_id)
+    job = queue.cancel(job_id) or job
     return JSONResponse(_job_body(job), headers=_job_headers(job))
 
 
 def _parts(request: Request) -> set[str]:
     """The large result parts to send: all, or the `include`d ones (none for an empty list),
-    minus the `exclude`d ones; each a comma-separated list, or the parameter repeated."""
+    minus the `exclude`d ones; each a comma-separated list, or the parameter repeated.
+
+    A dependency declared before the job's, so that a malformed request is a 422 before
+    the job is looked up."""
 
     def split(field: str) -> set[str] | None:
         values = request.query_params.getlist(field)
@@ -309,9 +317,10 @@ def _listable(value: Any) -> Any:
         ]
     },
 )
-def get_result(job_id: str, request: Request, queue: Queue, results: Results) -> JSONResponse:
-    parts = _parts(request)
-    _succeeded_or_409(queue, job_id)
+def get_result(
+    parts: Annotated[set[str], Depends(_parts)], job: OwnedJob, results: Results
+) -> JSONResponse:
+    job_id = _succeeded_or_409(job)["id"]
     summary = results.summary(job_id)
     body: dict[str, Any] = {
         "inertia": float(summary["inertia"]),
@@ -353,14 +362,13 @@ def csr_rows(matrix: sp.csr_matrix, offset: int, limit: int) -> dict[str, Any]:
     responses={200: {"content": {NPZ: {}}}, **problems(404, 409)},
 )
 def get_assignments(
-    job_id: str,
+    job: OwnedJob,
     request: Request,
-    queue: Queue,
     results: Results,
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=100_000, description="Rows per page.")] = 1000,
 ) -> Response:
-    _succeeded_or_409(queue, job_id)
+    job_id = _succeeded_or_409(job)["id"]
     if NPZ in request.headers.get("accept", ""):
         return FileResponse(
             results.assignments_path(job_id),
@@ -405,15 +413,14 @@ def _predict(model: Any, x: np.ndarray) -> dict[str, Any]:
     openapi_extra=DATASET_BODY,
 )
 async def predict(
-    job_id: str,
+    job: OwnedJob,
     request: Request,
-    queue: Queue,
     results: Results,
     uploads: Uploads,
     header: CsvHeader = None,
 ) -> JSONResponse:
     media = media_type(request.headers.get("content-type"), header)
-    await run_in_threadpool(_succeeded_or_409, queue, job_id)
+    job_id = _succeeded_or_409(job)["id"]
     upload = await spool_body(request, uploads)
 
     def work() -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,10 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
+import uvicorn
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.embedded import free_port
 from service.settings import Settings
+from service.supervisor import stop_processes
+from service.worker import spawn_workers
 
 PROBLEM = "application/problem+json"
 
@@ -110,3 +116,42 @@ def secured(settings: Settings) -> Iterator[TestClient]:
     keyed = settings.model_copy(update={"api_keys": ["alpha", "beta"]})
     with TestClient(create_app(keyed)) as test_client:
         yield test_client
+
+
+@contextlib.contextmanager
+def live_server(settings: Settings, tmp_dir: Path, workers: int = 1) -> Iterator[str]:
+    """A real uvicorn server on a free port and ``workers`` spawned worker processes, for
+    the end-to-end tests; yields the base URL once uvicorn is up (readiness, which needs
+    a worker's heartbeat, is the caller's to wait for)."""
+    with pytest.MonkeyPatch.context() as patch:
+        # The worker locks its device with a file in the temp dir: keep it private to this
+        # test run, so other runs on the machine cannot hold our worker back.
+        patch.setenv("TMPDIR", str(tmp_dir))
+        processes = spawn_workers(settings, workers) if workers else []
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 30, "uvicorn")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        stop_processes(processes)
+
+
+@contextlib.contextmanager
+def private_db(redis_server: str, db: int) -> Iterator[str]:
+    """The URL of database ``db`` of the test Redis, one no other test flushes: empty at
+    the start and emptied at the end (for module-scoped live servers)."""
+    url = redis_server.rsplit("/", 1)[0] + f"/{db}"
+    store = redis.Redis.from_url(url)
+    store.flushdb()
+    try:
+        yield url
+    finally:
+        store.flushdb()
+        store.close()

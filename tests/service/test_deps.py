@@ -1,6 +1,6 @@
-"""FastAPI dependencies: API-key authentication and the stores the app factory built.
+"""FastAPI dependencies: the caller from its API key, and the stores the app factory built.
 
-`require_api_key` and the store getters are exercised through a real app from `create_app`
+`require_caller` and the store getters are exercised through a real app from `create_app`
 with one extra route that reports what the dependencies handed it.
 """
 
@@ -16,10 +16,9 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.deps import (
-    ANONYMOUS,
+    CurrentCaller,
     Datasets,
     Idempotency,
-    Principal,
     Queue,
     Results,
     Uploads,
@@ -34,7 +33,7 @@ def _with_probe(app: FastAPI) -> FastAPI:
 
     @app.get("/probe")
     def probe(
-        principal: Principal,
+        caller: CurrentCaller,
         settings: Annotated[Settings, Depends(get_settings)],
         datasets: Datasets,
         uploads: Uploads,
@@ -44,7 +43,7 @@ def _with_probe(app: FastAPI) -> FastAPI:
     ) -> dict[str, Any]:
         state = app.state
         return {
-            "principal": principal,
+            "caller": [caller.tenant, caller.admin],
             "settings": settings is state.settings,
             "datasets": datasets is state.datasets,
             "uploads": uploads is state.uploads,
@@ -56,11 +55,20 @@ def _with_probe(app: FastAPI) -> FastAPI:
     return app
 
 
+GAMMA_DIGEST = hashlib.sha256(b"gamma").hexdigest()
+TENANTS = {"acme": "alpha", "umbrella": ["beta", f"sha256:{GAMMA_DIGEST}"]}
+
+
 @pytest.fixture
 def keyed(settings: Settings) -> Iterator[TestClient]:
-    app = create_app(settings.model_copy(update={"api_keys": ["alpha", "beta"]}))
-    with TestClient(_with_probe(app)) as test_client:
+    """Two tenants (one key given by its digest) and an admin key."""
+    update = {"api_keys": TENANTS, "admin_keys": ["root"]}
+    with TestClient(_with_probe(create_app(settings.model_copy(update=update)))) as test_client:
         yield test_client
+
+
+def _caller(client: TestClient, **headers: str) -> list[Any]:
+    return client.get("/probe", headers=headers).json()["caller"]
 
 
 def test_api_keys(secured: TestClient) -> None:
@@ -90,32 +98,36 @@ def test_other_schemes_and_empty_keys_are_refused(secured: TestClient) -> None:
     assert_problem(secured.get("/v1/jobs", headers={"X-API-Key": "alph"}), 401)
 
 
-def test_the_scope_is_a_hash_of_the_key_whichever_header_carries_it(keyed: TestClient) -> None:
-    by_header = keyed.get("/probe", headers={"X-API-Key": "alpha"}).json()["principal"]
-    by_bearer = keyed.get("/probe", headers={"Authorization": "Bearer alpha"}).json()["principal"]
-    other = keyed.get("/probe", headers={"X-API-Key": "beta"}).json()["principal"]
-    assert by_header == by_bearer == hashlib.sha256(b"alpha").hexdigest()[:32]
-    assert other != by_header and "alpha" not in by_header
+def test_a_flat_key_list_is_one_tenant(settings: Settings) -> None:
+    app = create_app(settings.model_copy(update={"api_keys": ["alpha", "beta"]}))
+    with TestClient(_with_probe(app)) as flat:
+        assert _caller(flat, **{"X-API-Key": "alpha"}) == ["default", False]
+        assert _caller(flat, Authorization="Bearer beta") == ["default", False]
+
+
+def test_the_caller_is_the_keys_tenant_whichever_header_carries_it(keyed: TestClient) -> None:
+    assert _caller(keyed, **{"X-API-Key": "alpha"}) == ["acme", False]
+    assert _caller(keyed, Authorization="Bearer alpha") == ["acme", False]
+    assert _caller(keyed, **{"X-API-Key": "beta"}) == ["umbrella", False]
+    assert _caller(keyed, **{"X-API-Key": "gamma"}) == ["umbrella", False]  # by its digest
+    assert _caller(keyed, **{"X-API-Key": "root"}) == ["admin", True]
+    assert_problem(keyed.get("/probe", headers={"X-API-Key": f"sha256:{GAMMA_DIGEST}"}), 401)
 
 
 def test_x_api_key_is_read_before_the_bearer_token(keyed: TestClient) -> None:
     both = {"X-API-Key": "beta", "Authorization": "Bearer alpha"}
-    assert (
-        keyed.get("/probe", headers=both).json()["principal"]
-        == hashlib.sha256(b"beta").hexdigest()[:32]
-    )
+    assert keyed.get("/probe", headers=both).json()["caller"] == ["umbrella", False]
 
 
-def test_without_configured_keys_everyone_is_anonymous(settings: Settings) -> None:
+def test_without_configured_keys_everyone_is_the_default_tenant(settings: Settings) -> None:
     with TestClient(_with_probe(create_app(settings))) as open_client:
-        assert open_client.get("/probe").json()["principal"] == ANONYMOUS == "anonymous"
-        offered = open_client.get("/probe", headers={"X-API-Key": "anything"})
-        assert offered.json()["principal"] == ANONYMOUS
+        assert _caller(open_client) == ["default", False]
+        assert _caller(open_client, **{"X-API-Key": "anything"}) == ["default", False]
 
 
 def test_the_dependencies_hand_out_what_the_factory_built(keyed: TestClient) -> None:
     resolved = keyed.get("/probe", headers={"X-API-Key": "alpha"}).json()
-    assert resolved.pop("principal")
+    assert resolved.pop("caller")
     assert resolved == dict.fromkeys(resolved, True) and len(resolved) == 6
 
 

@@ -20,17 +20,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import redis
 import scipy.sparse as sp
-import uvicorn
 
 from rbfkm_engine import RBFKMeans
-from service.app import create_app
-from service.embedded import free_port
 from service.settings import Settings
-from service.supervisor import stop_processes
-from service.worker import spawn_workers
-from tests.service.conftest import blobs, make_settings, npy_bytes, wait_for
+from tests.service.conftest import (
+    blobs,
+    live_server,
+    make_settings,
+    npy_bytes,
+    private_db,
+    wait_for,
+)
 
 KEY = "e2e-secret"
 PROBLEM = "application/problem+json"
@@ -48,40 +49,20 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    url = redis_server.rsplit("/", 1)[0] + "/5"  # a database no other test flushes
-    admin = redis.Redis.from_url(url)
-    admin.flushdb()
-    settings = make_settings(
-        url,
-        tmp_path_factory.mktemp("e2e"),
-        key_prefix="e2e",
-        api_keys=[KEY],
-        max_upload_bytes=MAX_UPLOAD,
-    )
-    with pytest.MonkeyPatch.context() as patch:
-        # The worker locks its device with a file in the temp dir: keep it private to this
-        # test run, so other runs on the machine cannot hold our worker back.
-        patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
-        workers = spawn_workers(settings, 1)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base_url = f"http://127.0.0.1:{port}"
-    http = httpx.Client(base_url=base_url, headers={"X-API-Key": KEY}, timeout=60)
-    try:
-        wait_for(lambda: server.started, 30, "uvicorn")
-        wait_for(lambda: http.get("/readyz").status_code == 200, 120, "a worker to be ready")
-        yield Live(http, settings, base_url)
-    finally:
-        http.close()
-        server.should_exit = True
-        thread.join(30)
-        stop_processes(workers)
-        admin.flushdb()
-        admin.close()
+    with private_db(redis_server, 5) as url:
+        settings = make_settings(
+            url,
+            tmp_path_factory.mktemp("e2e"),
+            key_prefix="e2e",
+            api_keys=[KEY],
+            max_upload_bytes=MAX_UPLOAD,
+        )
+        with (
+            live_server(settings, tmp_path_factory.mktemp("tmp")) as base_url,
+            httpx.Client(base_url=base_url, headers={"X-API-Key": KEY}, timeout=60) as http,
+        ):
+            wait_for(lambda: http.get("/readyz").status_code == 200, 120, "a worker to be ready")
+            yield Live(http, settings, base_url)
 
 
 def problem(response: httpx.Response, status: int) -> dict[str, Any]:

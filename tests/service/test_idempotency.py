@@ -9,6 +9,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from service.app import create_app
 from service.errors import IdempotencyKeyInProgress, IdempotencyKeyReused, InvalidIdempotencyKey
 from service.idempotency import IdempotencyStore, StoredResponse, fingerprint
 from service.schemas import JobCreate
@@ -141,7 +142,7 @@ def test_idempotency_key_in_flight_is_409(client: TestClient, settings: Settings
         redis.Redis.from_url(settings.redis_url), prefix=settings.key_prefix, ttl_s=60
     )
     full = {**body, **{k: v for k, v in _defaults().items() if k not in body}}
-    assert store.begin("anonymous", "busy", fingerprint(full)) is None  # a request in flight
+    assert store.begin("default", "busy", fingerprint(full)) is None  # a request in flight
     response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "busy"})
     assert assert_problem(response, 409)["type"].endswith("idempotency-key-in-progress")
     assert response.headers["retry-after"] == "1"
@@ -174,15 +175,32 @@ def test_the_longest_key_is_accepted(client: TestClient) -> None:
     assert response.status_code == 202, response.text
 
 
-def test_idempotency_is_scoped_per_api_key(secured: TestClient) -> None:
-    alpha = {"X-API-Key": "alpha", "Idempotency-Key": "same"}
-    beta = {"Authorization": "Bearer beta", "Idempotency-Key": "same"}
+def test_idempotency_is_scoped_per_tenant(settings: Settings) -> None:
+    update = {"api_keys": {"acme": "alpha", "umbrella": "beta"}}
+    with TestClient(create_app(settings.model_copy(update=update))) as two:
+        alpha = {"X-API-Key": "alpha", "Idempotency-Key": "same"}
+        beta = {"Authorization": "Bearer beta", "Idempotency-Key": "same"}
+        mine = upload(two, headers={"X-API-Key": "alpha"})
+        theirs = upload(two, headers={"X-API-Key": "beta"})
+        a = two.post("/v1/jobs", json={"dataset_id": mine["id"], "n_clusters": 2}, headers=alpha)
+        b = two.post("/v1/jobs", json={"dataset_id": theirs["id"], "n_clusters": 3}, headers=beta)
+        assert b.status_code == 202 and b.json()["id"] != a.json()["id"]
+        again = two.post(
+            "/v1/jobs", json={"dataset_id": mine["id"], "n_clusters": 2}, headers=alpha
+        )
+        assert again.json()["id"] == a.json()["id"]
+
+
+def test_the_keys_of_one_tenant_share_its_idempotency_keys(secured: TestClient) -> None:
     meta = upload(secured, headers={"X-API-Key": "alpha"})
     body = {"dataset_id": meta["id"], "n_clusters": 2}
-    a = secured.post("/v1/jobs", json=body, headers=alpha).json()
-    b = secured.post("/v1/jobs", json={**body, "n_clusters": 3}, headers=beta)
-    assert b.status_code == 202 and b.json()["id"] != a["id"]
-    assert secured.post("/v1/jobs", json=body, headers=alpha).json()["id"] == a["id"]
+    first = secured.post(
+        "/v1/jobs", json=body, headers={"X-API-Key": "alpha", "Idempotency-Key": "k"}
+    )
+    again = secured.post(
+        "/v1/jobs", json=body, headers={"X-API-Key": "beta", "Idempotency-Key": "k"}
+    )
+    assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
 
 
 def test_one_key_by_either_header_is_one_scope(secured: TestClient) -> None:

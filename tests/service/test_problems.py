@@ -21,6 +21,8 @@ from service.errors import (
     InvalidIdempotencyKey,
     ResultNotFound,
     ServiceError,
+    StorageQuotaExceeded,
+    TooManyActiveJobs,
     UnsupportedMediaType,
     UploadInterrupted,
 )
@@ -40,6 +42,10 @@ def test_every_domain_error_has_an_http_form(cls: type[ServiceError]) -> None:
         exc: ServiceError = cls(1)
     elif cls in (DatasetNotFound, ResultNotFound):
         exc = cls("some-id")
+    elif cls is TooManyActiveJobs:
+        exc = cls("acme", 2)
+    elif cls is StorageQuotaExceeded:
+        exc = cls("acme", 10, 5, 12)
     else:
         exc = cls("what went wrong")
     assert 400 <= problem_of(exc).status < 500

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import redis
 
+from service.errors import TooManyActiveJobs
 from service.queue import Claim, JobQueue
 from service.settings import Settings
 from tests.service.conftest import committed
@@ -56,6 +58,7 @@ def test_submit_creates_queued_job_and_enqueues_only_its_id(queue: JobQueue) -> 
         "started_at": None,
         "finished_at": None,
         "attempts": 0,
+        "tenant": "default",
     }
     assert job["created_at"].endswith("+00:00")
     assert queue.get(job["id"]) == job
@@ -539,3 +542,52 @@ def test_dead_letters_page_newest_first(queue: JobQueue) -> None:
     assert queue.dead_letters(limit=0) == ([], 3)
     with pytest.raises(ValueError):
         queue.dead_letters(offset=-1)
+
+
+# ---- tenants -------------------------------------------------------------------------------
+
+
+def test_concurrent_submits_never_overshoot_the_cap(queue: JobQueue) -> None:
+    def submit(_: int) -> str:
+        try:
+            return queue.submit("ds", {"n_clusters": 2}, tenant="t", max_active=3)["status"]
+        except TooManyActiveJobs:
+            return "refused"
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(submit, range(24)))
+    assert outcomes.count("queued") == 3 and outcomes.count("refused") == 21
+    assert queue.active("t") == 3 and queue.active("other") == 0
+    claim = queue.claim("w1", block_ms=100)
+    assert claim is not None and queue.active("t") == 3  # running still counts
+
+
+def test_each_tenant_has_its_own_lists_counts_and_dead_letters(queue: JobQueue) -> None:
+    a = queue.submit("ds", {"n_clusters": 2}, tenant="a")
+    b = queue.submit("ds", {"n_clusters": 2}, tenant="b")
+    assert [job["id"] for job in queue.list(tenant="a")[0]] == [a["id"]]
+    assert {job["id"] for job in queue.list()[0]} == {a["id"], b["id"]}
+    assert queue.list(tenant="a", status="queued")[1] == 1
+    claim = queue.claim("w1", block_ms=100)
+    assert claim is not None
+    queue.fail(claim, "bad input", retryable=False)
+    failed = claim.job_id
+    owner = "a" if failed == a["id"] else "b"
+    other = "b" if owner == "a" else "a"
+    assert queue.status_counts(owner)["failed"] == 1 and queue.status_counts(other)["failed"] == 0
+    assert [d["job_id"] for d in queue.dead_letters(tenant=owner)[0]] == [failed]
+    assert queue.dead_letters(tenant=other)[1] == 0
+    assert queue.dead_letters()[0][0]["tenant"] == owner
+
+
+def test_deleted_and_expired_jobs_leave_their_tenants_indexes(make_queue: MakeQueue) -> None:
+    queue = make_queue(ttl_s=1)
+    kept = queue.submit("ds", {"n_clusters": 2}, tenant="a")
+    gone = queue.submit("ds", {"n_clusters": 2}, tenant="a")
+    assert queue.delete(gone["id"])
+    assert queue.list(tenant="a")[1] == 1
+    queue.cancel(kept["id"])  # finished: its hash expires after the 1 s retention
+    assert queue.status_counts("a")["canceled"] == 1
+    time.sleep(2.2)
+    assert queue.list(tenant="a")[1] == 0 and queue.status_counts("a")["canceled"] == 0
+    assert not queue.client.hlen(f"{queue.prefix}:jobs:owner")

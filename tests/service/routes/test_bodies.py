@@ -77,12 +77,16 @@ def test_paging_parameters_are_documented(client: TestClient, path: str) -> None
     assert list(operation["responses"]["422"]["content"]) == [PROBLEM]
 
 
-@pytest.mark.parametrize("path", [*LISTS, "/v1/jobs/some-job/assignments"])
+@pytest.mark.parametrize("path", [*LISTS, "/v1/jobs/{job_id}/assignments"])
 @pytest.mark.parametrize("offset", [MAX_OFFSET + 1, 314879849031288225792, 10**40])
 def test_offsets_beyond_the_bound_are_a_422_not_a_500(
     client: TestClient, path: str, offset: int
 ) -> None:
     # GET /v1/jobs?offset=314879849031288225792 was a 500: Redis takes 64-bit offsets only.
+    if "{job_id}" in path:  # a job the caller owns: an unknown one is a 404 first
+        dataset = client.post("/v1/datasets", json={"data": [[0.0], [1.0]]}).json()
+        job = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "n_clusters": 1})
+        path = path.format(job_id=job.json()["id"])
     problem = assert_problem(client.get(path, params={"offset": offset, "limit": 332}), 422)
     assert problem["errors"][0]["field"] == "query.offset"
     assert str(MAX_OFFSET) in problem["detail"]
@@ -129,8 +133,11 @@ def test_json_bodies_document_their_minimum_lengths(client: TestClient) -> None:
 # ---- a client that goes away mid-body ----------------------------------------------------
 
 
-def _serve_api(redis_url: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
-    """`rbfkm api` as a real process (its log in a file); its URL."""
+def _serve_api(
+    redis_url: str, tmp_path: Path, settings: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """`rbfkm api` as a real process (its log in a file), ``settings`` in its environment;
+    its URL."""
     port = free_port()
     log = tmp_path / "api.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RBFKM_", "REDIS_URL"))}
@@ -140,7 +147,7 @@ def _serve_api(redis_url: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes],
         proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", *args],
             cwd=tmp_path,
-            env={**env, "RBFKM_KEY_PREFIX": "disconnect"},
+            env={**env, "RBFKM_KEY_PREFIX": "disconnect", **(settings or {})},
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from fnmatch import fnmatch
@@ -24,13 +23,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.embedded import free_port
 from service.routes import docs
-from tests.service.conftest import assert_problem, make_settings, wait_for
+from tests.service.conftest import assert_problem, live_server, make_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 README = docs.STATIC_DIR / "README.md"
@@ -298,18 +296,8 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         tmp_path_factory.mktemp("docs"),
         api_keys=["alpha"],
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, 30, "uvicorn")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with live_server(settings, tmp_path_factory.mktemp("tmp"), workers=0) as url:
+        yield url
 
 
 def render_offline(url: str, workdir: Path) -> tuple[str, list[str]]:
