@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .model import RBFKMeans
     from .nn import RBFKMeansLayer
-    from .progress import FitProgress
+    from .progress import FitInterrupted, FitProgress
 
-__all__ = ["FitProgress", "RBFKMeans", "RBFKMeansLayer"]
+__all__ = ["FitInterrupted", "FitProgress", "RBFKMeans", "RBFKMeansLayer"]
 __version__ = "0.1.0"
 
-_HOMES = {"FitProgress": ".progress", "RBFKMeans": ".model", "RBFKMeansLayer": ".nn"}
+_HOMES = {
+    "FitInterrupted": ".progress",
+    "FitProgress": ".progress",
+    "RBFKMeans": ".model",
+    "RBFKMeansLayer": ".nn",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -13,6 +13,7 @@ import torch
 
 from .blocks import chunk_size_for, iter_chunks
 from .distances import squared_distances, squared_norms
+from .progress import Interrupt
 
 
 def sample_proportional(
@@ -56,8 +57,14 @@ def kmeans_plusplus(
     generator: torch.Generator | None = None,
     n_local_trials: int | None = None,
     x_sq: torch.Tensor | None = None,
+    check: Interrupt | None = None,
 ) -> torch.Tensor:
-    """Greedy k-means++ seeding; returns ``(n_clusters, d)`` centres (copies of points)."""
+    """Greedy k-means++ seeding; returns ``(n_clusters, d)`` centres (copies of points).
+
+    Each of the ``n_clusters`` steps prices its candidates against every point, so
+    ``check`` (the fit's stop check, :func:`~rbfkm_engine.progress.interrupter`) runs
+    before each step.
+    """
     n = X.shape[0]
     if x_sq is None:
         x_sq = squared_norms(X)
@@ -75,6 +82,8 @@ def kmeans_plusplus(
     closest = _min_distances_to(X, x_sq, centres[:1], chunk).squeeze(1)
     potential = float((w * closest).sum())
     for c in range(1, n_clusters):
+        if check is not None:
+            check()
         weights = w * closest
         if potential <= 0.0 or not math.isfinite(potential):
             # Every point already coincides with a centre: pick any remaining point.

@@ -26,6 +26,10 @@ _ROW_BUFFERS = 3
 #: Lanczos's ``d``-vectors (``eigsh``'s basis and work space) for the largest eigenvalue of
 #: data wider than long, whose covariance is not formed.
 _LANCZOS_VECTORS = 24
+#: Entries of the ``k x k`` float64 arrays an annealed fit forms at once (two of them): the
+#: merge test goes by blocks of rows of about this many (``twins.MERGE_BLOCK_ENTRIES``), the
+#: split-merge prices are a full matrix up to ``swaps.PAIRWISE_SCORES_MAX_K`` (2048) only.
+_PAIRWISE_ENTRIES = 1 << 22
 #: Small arrays, libraries' work space and the allocator's slack, whatever the shape.
 _FIXED = 8 << 20
 #: ``(k, d)`` float64 arrays a fit may hold at once: the centres, their M-step sums, the
@@ -79,7 +83,7 @@ def fit_memory(
         data=2 * n * d * item,  # converted to the compute dtype, then centred
         points=n * (3 * item + 2 * 8),  # norms, distances, saved distances; two label arrays
         blocks=(_BLOCK_BUFFERS * columns + _ROW_BUFFERS * d) * rows * item,
-        centres=_CENTRE_ARRAYS * k * d * 8 + 2 * k * k * 8 * annealed,
+        centres=_CENTRE_ARRAYS * k * d * 8 + 2 * min(k * k, _PAIRWISE_ENTRIES) * 8 * annealed,
         covariance=_eigen_bytes(n, d) if annealed else 0,
     )
 

@@ -36,7 +36,7 @@ from .init import kmeans_plusplus, random_init
 from .inputs import array_input, check_tensor, init_array, sample_weights
 from .params import ASSIGNMENTS, DTYPES, PARAMETER_CONSTRAINTS, validate_params
 from .passes import Workspace
-from .progress import Budget, Callback
+from .progress import Budget, Callback, Interrupt, StopCheck, interrupter
 from .solver import SolverResult, annealing_budget, solve
 from .temperature import (
     iterations_per_temperature,
@@ -219,7 +219,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
     def _initial_centres(
-        self, framed: Framed, w: torch.Tensor | None, generator: torch.Generator
+        self,
+        framed: Framed,
+        w: torch.Tensor | None,
+        generator: torch.Generator,
+        check: Interrupt,
     ) -> torch.Tensor:
         """Initial centres in the fit's frame (an ``init`` array is scaled, then its
         origin subtracted)."""
@@ -227,7 +231,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if isinstance(self.init, str):
             if self.init == "k-means++":
                 return kmeans_plusplus(
-                    X, self.n_clusters, sample_weight=w, generator=generator, x_sq=x_sq
+                    X,
+                    self.n_clusters,
+                    sample_weight=w,
+                    generator=generator,
+                    x_sq=x_sq,
+                    check=check,
                 )
             return random_init(X, self.n_clusters, sample_weight=w, generator=generator)
         C = init_array(self.init, self.n_clusters, X.shape[1], X.device)
@@ -248,6 +257,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         sample_weight: Any = None,
         *,
         callback: Callback | None = None,
+        should_stop: StopCheck | None = None,
     ) -> RBFKMeans:
         """Fit the centres.
 
@@ -260,6 +270,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             Called after every fixed-point iteration with a
             :class:`~rbfkm_engine.FitProgress`; returning ``True`` stops the fit, which
             still ends with consistent fitted attributes (``stopped_early_ = True``).
+        should_stop : callable, optional
+            A cheap check without arguments, polled between the blocks of every pass and
+            every step of the fit's other long loops (k-means++, re-seeding, merging
+            centres); once it returns ``True`` the fit raises
+            :class:`~rbfkm_engine.FitInterrupted` within one block of work and sets no
+            fitted attributes (a service's cancel or time limit: nothing to keep).
         """
         self._validate_params()
         Xt, out_dtype = self._to_tensor(X, reset=True, dtype=_DTYPES[self.dtype])
@@ -278,7 +294,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w = sample_weights(sample_weight, Xt)
         framed = into_fit_frame(Xt, X, w, top)
         del Xt
-        best = self._best_run(framed, w, check_random_state(self.random_state), callback)
+        best = self._best_run(
+            framed, w, check_random_state(self.random_state), callback, interrupter(should_stop)
+        )
         scale, origin = framed.scale, framed.origin
         del framed  # the fit's copy of X, before predict may make its own (see _store)
         self._store(best, scale, origin, X, sample_weight, out_dtype)
@@ -290,8 +308,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w: torch.Tensor | None,
         rng: np.random.RandomState,
         callback: Callback | None,
+        check: Interrupt,
     ) -> SolverResult:
-        """The ``n_init`` runs of the solver on the framed data; the lowest inertia wins."""
+        """The ``n_init`` runs of the solver on the framed data; the lowest inertia wins.
+        ``check``: the stop check every phase calls between its blocks."""
         Xt = framed.X
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * framed.spread / Xt.shape[1]
@@ -314,7 +334,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         for run in range(n_init):
             generator = torch.Generator(device=Xt.device)
             generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-            C0 = None if grow else self._initial_centres(framed, w, generator)
+            C0 = None if grow else self._initial_centres(framed, w, generator, check)
             budget = Budget(
                 int(self.max_iter),
                 unscaled_callback(callback, framed.scale),
@@ -323,7 +343,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 iteration_offset=iterations_done,
             )
             passes = Workspace(
-                Xt, w, self.n_clusters, chunk, framed.x_sq, precision=self.matmul_precision
+                Xt,
+                w,
+                self.n_clusters,
+                chunk,
+                framed.x_sq,
+                precision=self.matmul_precision,
+                check=check,
             )
             ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
             result = solve(ctx, schedule, C0, cov)

@@ -17,6 +17,8 @@ writes labels any other way, so they always belong to the labels they sit next t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from . import fused
@@ -25,7 +27,7 @@ from .blocks import iter_chunks
 from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
 from .nearest import nearest
-from .progress import IterationStats
+from .progress import Interrupt, IterationStats, interrupter
 from .reseed import farthest_first
 
 #: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
@@ -37,6 +39,7 @@ class Workspace:
 
     ``C`` may hold more rows than ``n_clusters`` while annealing (a centre's twins); the
     stored ``labels`` and ``min_dist`` are those of the last pass, whatever its centres.
+    ``check``: the fit's stop check, called before every block (none: never stops).
     """
 
     def __init__(
@@ -47,8 +50,12 @@ class Workspace:
         chunk_size: int,
         x_sq: torch.Tensor | None = None,
         precision: str = "highest",
+        check: Interrupt | None = None,
     ) -> None:
         self.X = X
+        # The fit's stop check (:func:`~rbfkm_engine.progress.interrupter`), called before
+        # every block of every pass and by the other long loops that get the workspace.
+        self.check = interrupter(None) if check is None else check
         self.w = sample_weight
         self.k = n_clusters
         self.chunk_size = chunk_size
@@ -78,9 +85,12 @@ class Workspace:
         a ``precision`` other than ``"highest"``."""
         return self.whole_passes and self.precision != "highest" and fused.supports(self.X)
 
-    def chunks(self) -> list[slice]:
-        """The row blocks of every pass."""
-        return list(iter_chunks(self.X.shape[0], self.chunk_size))
+    def chunks(self) -> Iterator[slice]:
+        """The row blocks of every pass, the fit's ``check`` called before each (a stop
+        request ends a pass within one block)."""
+        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+            self.check()
+            yield rows
 
     def weights(self, rows: slice) -> torch.Tensor | None:
         """The block's sample weights (``None``: all 1)."""
@@ -170,7 +180,7 @@ class Workspace:
         self._hard_sums = None
         sums = _SoftSums(C)
         c_sq = squared_norms(C).unsqueeze(0)
-        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+        for rows in self.chunks():
             D = self.distances(rows, C, c_sq)
             e = responsibilities(
                 D,
@@ -228,7 +238,7 @@ class Workspace:
         adds to the sums and returns the inertia (a float64 tensor)."""
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
         c_sq = squared_norms(C).unsqueeze(0)
-        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+        for rows in self.chunks():
             D = self.padded_distances(rows, C, c_sq)
             old = self.labels[rows] if warm else None
             min_dist, labels = self._nearest(rows, D, old)
@@ -262,10 +272,11 @@ class Workspace:
         synchronisation). Ties go to the lowest index."""
         c_sq = squared_norms(C)
         if fused.supports(self.X):
+            self.check()  # one kernel for the whole pass
             precision = "highest" if exact else self.precision
             fused.nearest(self.X, self.x_sq, C, c_sq, precision, (self.min_dist, self.labels))
             return
-        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+        for rows in self.chunks():
             D = self.distances(rows, C, c_sq.unsqueeze(0))
             self.min_dist[rows], self.labels[rows] = self._nearest(rows, D, None)
 
@@ -300,7 +311,7 @@ class Workspace:
             return float(weighted_sum(self.min_dist, self.w))
         c_sq = squared_norms(C).unsqueeze(0)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
-        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+        for rows in self.chunks():
             D = self.padded_distances(rows, C, c_sq)
             min_dist, labels = self._nearest(rows, D, None)
             self.min_dist[rows] = min_dist
@@ -315,7 +326,7 @@ class Workspace:
         c_sq = squared_norms(C).unsqueeze(0)
         second = torch.empty_like(self.min_dist)
         inertia = torch.zeros((), dtype=torch.float64, device=C.device)
-        for rows in iter_chunks(self.X.shape[0], self.chunk_size):
+        for rows in self.chunks():
             D = self.padded_distances(rows, C, c_sq)
             values, labels = torch.topk(D, 2, dim=1, largest=False)
             values.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)

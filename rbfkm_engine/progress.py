@@ -1,5 +1,14 @@
 """What a fit reports while it runs: the callback's :class:`FitProgress`, the iteration
-budget all phases draw on, and the ``history_`` records."""
+budget all phases draw on, the ``history_`` records, and the ``should_stop`` hook.
+
+The callback hears every fixed-point iteration; a fit's work between two iterations can
+be long (k-means++ seeding, the local search's pricing passes, merging ``k`` centres), so
+a fit also takes ``should_stop``, a cheap check without arguments polled between the
+blocks of every pass and every step of its other long loops (:func:`interrupter`). Once it
+returns ``True`` the fit raises :class:`FitInterrupted` at once: no last pass, nothing
+fitted. The callback's own stop, by contrast, ends the run at its next iteration with
+consistent fitted attributes.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +35,31 @@ class FitProgress:
 
 
 Callback = Callable[[FitProgress], "bool | None"]
+#: ``should_stop``: called often (between blocks), so it must be cheap (read a flag).
+StopCheck = Callable[[], bool]
+#: What the phases call between blocks: returns, or raises :class:`FitInterrupted`.
+Interrupt = Callable[[], None]
+
+
+class FitInterrupted(RuntimeError):
+    """A fit's ``should_stop`` returned ``True``: the fit ended at once, fitting nothing."""
+
+
+def _never() -> None:
+    """The check of a fit without ``should_stop``."""
+
+
+def interrupter(should_stop: StopCheck | None) -> Interrupt:
+    """The check the phases call between blocks: raises :class:`FitInterrupted` once
+    ``should_stop()`` is true (a no-op without ``should_stop``)."""
+    if should_stop is None:
+        return _never
+
+    def check() -> None:
+        if should_stop():
+            raise FitInterrupted("the fit was stopped by its should_stop check")
+
+    return check
 
 
 @dataclass

@@ -32,7 +32,8 @@ def farthest_first(ws: Workspace, closest: torch.Tensor, n_new: int) -> torch.Te
     largest distance outside the ``m`` farthest points, the picks among those ``m`` are the
     picks among all: they run there, on ``m`` rows instead of a pass over ``X`` per pick.
     When that check fails the pool grows ``FARTHEST_GROWTH``-fold; a pool as large as
-    ``X`` is the plain pass per pick.
+    ``X`` is the plain pass per pick. The fit's stop check (``ws.check``) runs before
+    every pick.
     """
     n = closest.shape[0]
     score = closest if ws.w is None else torch.where(ws.w > 0, closest, -1.0)
@@ -42,7 +43,11 @@ def farthest_first(ws: Workspace, closest: torch.Tensor, n_new: int) -> torch.Te
         if picks is not None:
             return picks
         m *= FARTHEST_GROWTH
-    return torch.stack([_take_farthest(ws, closest) for _ in range(n_new)])
+    picks = []
+    for _ in range(n_new):  # a pass over X per pick: the fit's stop check before each
+        ws.check()
+        picks.append(_take_farthest(ws, closest))
+    return torch.stack(picks)
 
 
 def _farthest_among(ws: Workspace, score: torch.Tensor, m: int, n_new: int) -> torch.Tensor | None:
@@ -54,6 +59,7 @@ def _farthest_among(ws: Workspace, score: torch.Tensor, m: int, n_new: int) -> t
     P, p_sq = ws.X[candidates], ws.x_sq[candidates]
     taken: list[int] = []
     for _ in range(n_new):
+        ws.check()  # n_new picks of O(m) each: O(n_new^2) in all when many are empty
         best = values.max()
         if not best > outside:
             return None

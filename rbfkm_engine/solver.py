@@ -66,7 +66,7 @@ def solve(
         C = C0.clone()
     sigma = 0.0
     if schedule.temperatures:
-        start = Twins(C, ws.k, ctx.generator) if C0 is None else C
+        start = Twins(C, ws.k, ctx.generator, ws.check) if C0 is None else C
         C, sigma = anneal(ctx, schedule, start, covariance)
     if C.shape[0] < ws.k:  # no schedule (constant data): seed the rest, then Lloyd
         C = ws.add_farthest(C, ws.k - C.shape[0])

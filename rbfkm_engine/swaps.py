@@ -75,6 +75,8 @@ SWAP_TRIALS = 1
 SWAP_MIN_GAIN = 1e-5
 #: Split-merge moves tried with Lloyd in a row without a better fixed point, at most.
 SPLIT_MERGE_TRIALS = 2
+#: :func:`ranked_split_merges` prices every pair of clusters up to this many (32 MB).
+PAIRWISE_SCORES_MAX_K = 2048
 #: Power iterations for each cluster's principal axis, then 2-means iterations.
 SPLIT_POWER_ITERATIONS = 3
 SPLIT_TWO_MEANS_ITERATIONS = 3
@@ -153,13 +155,29 @@ def ranked_split_merges(
     gain: torch.Tensor, removal: torch.Tensor, n_moves: int
 ) -> list[tuple[int, int]]:
     """The ``n_moves`` best-priced moves ``(j, c)``: delete ``j``, split ``c`` (``j != c``),
-    best first, among the moves that split a cluster at all."""
-    score = gain.unsqueeze(0) - removal.unsqueeze(1)  # score[j, c]
-    score.fill_diagonal_(-math.inf)
-    score[:, gain <= 0] = -math.inf
+    best first, among the moves that split a cluster at all.
+
+    Up to ``PAIRWISE_SCORES_MAX_K`` clusters every pair is priced. Beyond (a ``k x k``
+    matrix of 320 GB at ``k = 200 000``) only the ``n_moves + 1`` cheapest deletions
+    against the ``n_moves + 1`` best splits: a pair outside them ranks below ``n_moves``
+    pairs that differ from it in that index alone (one of those may be a ``j = c``).
+    """
     k = gain.shape[0]
+    rows = cols = torch.arange(k, device=gain.device)
+    if k > PAIRWISE_SCORES_MAX_K:
+        many = min(k, n_moves + 1)
+        rows = torch.topk(removal, many, largest=False).indices
+        cols = torch.topk(torch.where(gain > 0, gain, -math.inf), many).indices
+    score = gain[cols].unsqueeze(0) - removal[rows].unsqueeze(1)  # score[j, c]
+    score[rows.unsqueeze(1) == cols.unsqueeze(0)] = -math.inf
+    score[:, gain[cols] <= 0] = -math.inf
+    width = cols.shape[0]
     flat = torch.argsort(score.flatten(), descending=True)[:n_moves]
-    return [(int(f) // k, int(f) % k) for f in flat.tolist() if score.flatten()[f] > -math.inf]
+    return [
+        (int(rows[f // width]), int(cols[f % width]))
+        for f in flat.tolist()
+        if score.flatten()[f] > -math.inf
+    ]
 
 
 def hartigan_targets(

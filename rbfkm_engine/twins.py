@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from .progress import Interrupt
 from .temperature import grow_twin_linearly
 
 #: A new twin is displaced by this fraction of its cluster's rms radius ...
@@ -22,6 +23,8 @@ SPLIT = 1e-1
 #: The first twin grows by the linearised map, without passes over the data, while its
 #: offset stays below this fraction of the radius (see ``grow_twin_linearly``).
 LINEAR_TWIN_LIMIT = SPLIT / 2
+#: Pairwise distances :func:`coincident_survivors` forms at once (a block of rows; 32 MB).
+MERGE_BLOCK_ENTRIES = 1 << 22
 
 
 class Twins:
@@ -34,8 +37,13 @@ class Twins:
     """
 
     def __init__(
-        self, mean: torch.Tensor, n_clusters: int, generator: torch.Generator | None
+        self,
+        mean: torch.Tensor,
+        n_clusters: int,
+        generator: torch.Generator | None,
+        check: Interrupt | None = None,
     ) -> None:
+        self.check = check  # the fit's stop check, for the O(m^2) merge test
         self.centres = mean[:1]
         self.twins: torch.Tensor | None = None
         self.n_clusters = n_clusters
@@ -95,7 +103,7 @@ class Twins:
         """Merge the centres that fell back together, else split the pairs that moved
         apart, else push collapsed twins back out. Returns whether the centres were
         re-arranged (merged or split), so that the last labels no longer describe them."""
-        keep = coincident_survivors(self.centres, radius2)
+        keep = coincident_survivors(self.centres, radius2, self.check)
         if keep is not None:
             # Centres that fell back together (above their local critical temperature)
             # are one cluster: free the slot, so that a region that splits later gets it.
@@ -166,26 +174,45 @@ class Twins:
         return torch.where(norm > 0, centres + offset * scale, fresh)
 
 
-def coincident_survivors(C: torch.Tensor, radius2: torch.Tensor) -> torch.Tensor | None:
+def coincident_survivors(
+    C: torch.Tensor, radius2: torch.Tensor, check: Interrupt | None = None
+) -> torch.Tensor | None:
     """Mask of the centres to keep when some have merged, else ``None``.
 
     Two centres closer than ``SPLIT`` times the smaller of their rms radii are one
     cluster; the later one goes (by index, so that the outcome does not hinge on rounding).
     Radii have a floor relative to the typical one: a cluster of coincident points has
     radius 0, and two centres on it are duplicates up to rounding.
+
+    The ``m x m`` distances are formed a block of rows at a time (about
+    ``MERGE_BLOCK_ENTRIES`` at once, each row against the centres after it: at
+    ``m = 200 000`` the whole matrix would be 320 GB), with ``check`` (the fit's stop
+    check) before each block. Up to ``sqrt(MERGE_BLOCK_ENTRIES)`` centres that is one
+    block, the whole matrix as before; beyond, the pairs are visited in the order the
+    whole matrix would give them (a GEMM of fewer rows may round a distance differently
+    in its last bit, which decides a merge only for a pair exactly at the limit).
     """
     m = C.shape[0]
     if m < 2:
         return None
     C64 = C.double()
-    d2 = torch.cdist(C64, C64).pow_(2)
     radius2 = radius2.double().clamp_min(1e-8 * float(radius2.double().mean()))
-    limit = SPLIT**2 * torch.minimum(radius2.unsqueeze(0), radius2.unsqueeze(1))
-    close = torch.triu(d2 < limit, diagonal=1)
-    if not bool(close.any()):
-        return None
-    keep = torch.ones(m, dtype=torch.bool, device=C.device)
-    for i, j in close.nonzero().tolist():
-        if keep[i]:
-            keep[j] = False
+    # cdist's own choice for the whole matrix, kept for every block: the same distances.
+    mode = "use_mm_for_euclid_dist" if m > 25 else "donot_use_mm_for_euclid_dist"
+    rows = max(1, MERGE_BLOCK_ENTRIES // m)
+    keep: torch.Tensor | None = None
+    for start in range(0, m, rows):
+        if check is not None:
+            check()
+        block = slice(start, min(start + rows, m))
+        d2 = torch.cdist(C64[block], C64[start:], compute_mode=mode).pow_(2)
+        limit = SPLIT**2 * torch.minimum(radius2[block].unsqueeze(1), radius2[start:].unsqueeze(0))
+        close = torch.triu(d2 < limit, diagonal=1)  # local diagonal = global diagonal
+        if not bool(close.any()):
+            continue
+        if keep is None:
+            keep = torch.ones(m, dtype=torch.bool, device=C.device)
+        for i, j in close.nonzero().tolist():
+            if keep[start + i]:
+                keep[start + j] = False
     return keep

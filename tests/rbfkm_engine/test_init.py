@@ -10,6 +10,7 @@ import torch
 
 from rbfkm_engine import RBFKMeans
 from rbfkm_engine.init import kmeans_plusplus, random_init
+from rbfkm_engine.progress import FitInterrupted
 
 from .conftest import well_separated_blobs
 
@@ -160,3 +161,19 @@ def test_estimator_init_array_is_not_modified() -> None:
     keep = init.copy()
     RBFKMeans(n_clusters=5, init=init, device="cpu").fit(X.numpy())
     np.testing.assert_array_equal(init, keep)
+
+
+def test_kmeans_plusplus_checks_before_every_step() -> None:
+    X = torch.from_numpy(well_separated_blobs(200, 4).X)
+    calls: list[int] = []
+    ref = kmeans_plusplus(X, 12, generator=torch.Generator().manual_seed(0))
+    got = kmeans_plusplus(
+        X, 12, generator=torch.Generator().manual_seed(0), check=lambda: calls.append(1)
+    )
+    assert torch.equal(ref, got) and len(calls) == 11
+
+    def stop() -> None:
+        raise FitInterrupted
+
+    with pytest.raises(FitInterrupted):
+        kmeans_plusplus(X, 12, generator=torch.Generator().manual_seed(0), check=stop)

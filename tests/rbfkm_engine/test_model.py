@@ -19,7 +19,7 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-from rbfkm_engine import FitProgress, RBFKMeans
+from rbfkm_engine import FitInterrupted, FitProgress, RBFKMeans, local_search
 from rbfkm_engine.anneal import SOFT_FRACTION_STOP
 from rbfkm_engine.temperature import SIGMA_MIN_RATIO
 
@@ -1122,3 +1122,89 @@ for assignment in ("entmax15", "softmax", "hard"):
     assert sorted(np.bincount(m.labels_, minlength=2).tolist())[0] >= 1, m.labels_
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# ------------------------------------------------------------------------------- should_stop
+
+
+class Armed:
+    """A ``should_stop`` that answers True once armed, counting the checks from then on."""
+
+    def __init__(self, after_calls: int | None = None) -> None:
+        self.armed = False
+        self.calls = 0
+        self.after = 0  # checks made once armed (the first of them must stop the fit)
+        self.after_calls = after_calls
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        if self.after_calls is not None and self.calls >= self.after_calls:
+            self.armed = True
+        if self.armed:
+            self.after += 1
+        return self.armed
+
+
+def test_should_stop_ends_kmeans_plusplus_between_its_steps(blobs: Dataset) -> None:
+    # A hard fit seeds 60 centres by k-means++ before its first iteration: each step is
+    # checked, so the fit ends there, without a callback, with nothing fitted.
+    stop, seen = Armed(after_calls=5), []
+    m = model(n_clusters=60, assignment="hard", init="k-means++")
+    with pytest.raises(FitInterrupted):
+        m.fit(blobs.X, callback=seen.append, should_stop=stop)
+    assert (stop.calls, stop.after, seen) == (5, 1, [])
+    assert not hasattr(m, "cluster_centers_")
+
+
+def test_should_stop_ends_the_twin_start_before_any_iteration(blobs: Dataset) -> None:
+    stop, seen = Armed(after_calls=1), []
+    with pytest.raises(FitInterrupted):
+        model(n_clusters=blobs.k).fit(blobs.X, callback=seen.append, should_stop=stop)
+    assert (stop.calls, seen) == (1, [])
+
+
+@pytest.mark.parametrize("phase", ("anneal", "lloyd", "swap"))
+def test_should_stop_ends_each_phase_at_its_next_block(phase: str, blobs: Dataset) -> None:
+    # Armed at the first iteration of the phase: the very next check (the first block of
+    # the next pass) ends the fit; no iteration of the phase or any later one follows.
+    stop, seen = Armed(), []
+
+    def callback(progress: FitProgress) -> None:
+        seen.append(progress.phase)
+        stop.armed = stop.armed or progress.phase == phase
+
+    with pytest.raises(FitInterrupted):
+        model(n_clusters=blobs.k).fit(blobs.X, callback=callback, should_stop=stop)
+    assert stop.after == 1
+    assert seen[-1] == phase and seen.count(phase) == 1
+
+
+@pytest.mark.parametrize(
+    "name", ("cluster_halves", "label_means", "hartigan_moves", "captured_means", "swap_costs_of")
+)
+def test_should_stop_ends_the_local_search_pricing_passes(
+    name: str, blobs: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The local search prices its moves with passes between two iterations (no callback
+    # there): armed as one of them starts, its first block ends the fit.
+    stop = Armed()
+    original = getattr(local_search, name)
+
+    def armed(*args: object, **kwargs: object) -> object:
+        stop.armed = True
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(local_search, name, armed)
+    with pytest.raises(FitInterrupted):
+        model(n_clusters=blobs.k).fit(blobs.X, should_stop=stop)
+    assert stop.after == 1
+
+
+def test_should_stop_false_changes_nothing(blobs: Dataset) -> None:
+    stop = Armed()
+    a = model(n_clusters=blobs.k).fit(blobs.X, should_stop=stop)
+    b = model(n_clusters=blobs.k).fit(blobs.X)
+    assert stop.calls > 0 and stop.after == 0
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.stopped_early_ is False

@@ -11,6 +11,7 @@ import torch
 from entmax import entmax15
 
 from rbfkm_engine.passes import ROW_REDUCTION_WIDTH, Workspace, row_reduction_width
+from rbfkm_engine.progress import FitInterrupted
 
 from .conftest import blob_tensor
 
@@ -242,7 +243,7 @@ def test_chunk_size_does_not_change_a_pass(assignment: str, sigma: float) -> Non
         assert stats_b.objective == pytest.approx(stats.objective, rel=1e-12)
         assert stats_b.inertia == pytest.approx(stats.inertia, rel=1e-12)
         assert inertia_b == pytest.approx(inertia, rel=1e-12)
-    assert [len(Workspace(X, w, 5, c).chunks()) for c in (1000, 64, 7)] == [
+    assert [len(list(Workspace(X, w, 5, c).chunks())) for c in (1000, 64, 7)] == [
         1,
         math.ceil(400 / 64),
         math.ceil(400 / 7),
@@ -311,3 +312,23 @@ def test_add_farthest() -> None:
     for j in range(1, 5):
         d = torch.cdist(X, grown[:j]).min(dim=1).values
         torch.testing.assert_close(grown[j], X[int(torch.argmax(d))])
+
+
+def test_every_block_of_a_pass_is_checked_and_a_stop_ends_it() -> None:
+    X = blob_tensor([[0.0, 0.0], [5.0, 5.0]], n_per=100)  # 200 rows: 4 blocks of 64
+    calls: list[int] = []
+    ws = Workspace(X, None, 2, 64, check=lambda: calls.append(1))
+    ws.hard_labels(X[[0, 150]].clone())
+    ws.step(X[[0, 150]].clone(), 1.0, "entmax15")
+    assert len(calls) == 8
+
+    def stop_at_the_second_block() -> None:
+        calls.append(1)
+        if len(calls) >= 2:
+            raise FitInterrupted
+
+    calls.clear()
+    stopping = Workspace(X, None, 2, 64, check=stop_at_the_second_block)
+    with pytest.raises(FitInterrupted):
+        stopping.hard_labels(X[[0, 150]].clone())
+    assert len(calls) == 2

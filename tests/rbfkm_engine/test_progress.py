@@ -9,7 +9,16 @@ import typing
 import pytest
 import torch
 
-from rbfkm_engine.progress import PHASES, Budget, FitProgress, IterationStats, Phase, record
+from rbfkm_engine.progress import (
+    PHASES,
+    Budget,
+    FitInterrupted,
+    FitProgress,
+    IterationStats,
+    Phase,
+    interrupter,
+    record,
+)
 
 
 def test_ticks_count_until_the_budget_is_exhausted() -> None:
@@ -86,3 +95,13 @@ def test_record_keys_and_types() -> None:
         {"sigma": 0.0, "objective": -3.5, "inertia": 2.0, "iterations": 1, "mean_nnz": 1.25},
     ]
     assert type(history[0]["sigma"]) is float
+
+
+def test_interrupter_raises_once_should_stop_says_so() -> None:
+    interrupter(None)()  # no should_stop: never stops
+    answers = iter([False, True])
+    check = interrupter(lambda: next(answers))
+    check()
+    with pytest.raises(FitInterrupted):
+        check()
+    assert not issubclass(FitInterrupted, ValueError)  # not the caller's bad input

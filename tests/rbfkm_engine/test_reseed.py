@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rbfkm_engine.passes import Workspace
+from rbfkm_engine.progress import FitInterrupted
 from rbfkm_engine.reseed import FARTHEST_CANDIDATES, _take_farthest, farthest_first
 
 
@@ -75,3 +76,20 @@ def test_the_candidate_pool_grows_until_it_holds_the_picks() -> None:
     got = farthest_first(ws, ws.min_dist.clone(), 5)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     torch.testing.assert_close(got[0], spot[0])
+
+
+@pytest.mark.parametrize("n", (50, 3000))  # all rows a pass per pick; a pool of candidates
+def test_farthest_first_checks_before_every_pick(n: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(n, 3, generator=gen, dtype=torch.float64)
+    calls: list[int] = []
+    ws = Workspace(X, None, 8, 64, check=lambda: calls.append(1))
+    closest = ((X - X[0]) ** 2).sum(dim=1)
+    picks = farthest_first(ws, closest.clone(), 5)
+    assert picks.shape == (5, 3) and len(calls) >= 5
+
+    def stop() -> None:
+        raise FitInterrupted
+
+    with pytest.raises(FitInterrupted):
+        farthest_first(Workspace(X, None, 8, 64, check=stop), closest.clone(), 5)

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rbfkm_engine import swaps
 from rbfkm_engine.swaps import (
     hartigan_targets,
     ranked_split_merges,
@@ -161,3 +162,20 @@ def test_hartigan_targets_move_exactly_the_points_a_move_helps(
             assert moves[new[i]] < 0 and moves[new[i]] == pytest.approx(best, abs=1e-9)
         else:
             assert best >= -1e-9 * (1.0 + base)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ranked_split_merges_of_many_clusters_prices_only_the_best_pairs(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Beyond PAIRWISE_SCORES_MAX_K clusters only the n_moves + 1 cheapest deletions and
+    # best splits are paired (no k x k matrix): the same moves, in the same order.
+    gen = torch.Generator().manual_seed(seed)
+    k = 200
+    gain = torch.rand(k, generator=gen, dtype=torch.float64) - 0.2  # some do not split
+    removal = torch.rand(k, generator=gen, dtype=torch.float64)
+    removal[int(torch.argmax(gain))] = 0.0  # the best split is also the cheapest deletion
+    every_pair = ranked_split_merges(gain, removal, 4)
+    monkeypatch.setattr(swaps, "PAIRWISE_SCORES_MAX_K", 10)
+    assert ranked_split_merges(gain, removal, 4) == every_pair
+    assert len(every_pair) == 4

@@ -8,8 +8,10 @@ import math
 import pytest
 import torch
 
+from rbfkm_engine import twins
 from rbfkm_engine.moments import largest_eigenvalue, weighted_covariance
 from rbfkm_engine.passes import Workspace
+from rbfkm_engine.progress import FitInterrupted
 from rbfkm_engine.temperature import critical_temperature, geometric_schedule
 from rbfkm_engine.twins import PERTURB, SPLIT, Twins, coincident_survivors
 
@@ -221,3 +223,27 @@ def test_twins_without_a_generator_draw_on_the_centres_device() -> None:
     assert twins.twins is not None and twins.twins.device == C.device
     distance = (twins.twins - twins.centres).norm(dim=1)
     torch.testing.assert_close(distance, torch.full((2,), PERTURB, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("m", (3, 40, 300))
+def test_coincident_survivors_by_blocks_keeps_the_same_centres(
+    m: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many near-duplicate centres (chains of merges) checked whole, then 7 rows at a time.
+    gen = torch.Generator().manual_seed(m)
+    C = torch.randn(m, 2, generator=gen, dtype=torch.float64)
+    C = torch.cat([C, C[: m // 2] + 1e-3 * torch.randn(m // 2, 2, generator=gen)])
+    radius2 = torch.rand(C.shape[0], generator=gen, dtype=torch.float64) * 0.05
+    whole = coincident_survivors(C, radius2)
+    monkeypatch.setattr(twins, "MERGE_BLOCK_ENTRIES", 7 * C.shape[0])
+    calls: list[int] = []
+    blocked = coincident_survivors(C, radius2, check=lambda: calls.append(1))
+    assert whole is not None and blocked is not None
+    assert torch.equal(whole, blocked)
+    assert len(calls) == math.ceil(C.shape[0] / 7)
+
+    def stop() -> None:
+        raise FitInterrupted
+
+    with pytest.raises(FitInterrupted):
+        coincident_survivors(C, radius2, check=stop)
