@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
@@ -85,6 +86,12 @@ EXPOSED: dict[str, Exposed] = {
         "auto",
     ),
 }
+
+#: A job's parameters that are the service's, not the engine's: stored with the job (so
+#: ``GET /v1/jobs/{id}`` shows them) and read by the worker, never passed to ``RBFKMeans``.
+#: ``max_runtime_s``: the job's time limit per attempt, in seconds
+#: (:func:`runtime_limit`; the API fills in the server's default, ``RBFKM_MAX_RUNTIME_S``).
+SERVICE_PARAMS: frozenset[str] = frozenset({"max_runtime_s"})
 
 #: Engine parameters a job cannot set, and why.
 HIDDEN: dict[str, str] = {
@@ -250,10 +257,12 @@ def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:
     Validated by the same fields the API checked the request with (a job stored by an older
     version, or written by hand, is refused here with a ``ValueError``: bad input, never
     retried), defaults filled in. ``device`` is left out: which device runs the job is the
-    worker's choice (:func:`service.devices.job_device`).
+    worker's choice (:func:`service.devices.job_device`); so are the service's own
+    parameters (:data:`SERVICE_PARAMS`).
     """
+    engine = {name: value for name, value in params.items() if name not in SERVICE_PARAMS}
     try:
-        model = EngineParams.model_validate(dict(params))
+        model = EngineParams.model_validate(engine)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in err['loc'])}: "
@@ -262,3 +271,20 @@ def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:
         )
         raise ValueError(f"invalid job parameters: {problems}") from None
     return model.model_dump(exclude={"device"})
+
+
+def runtime_limit(params: Mapping[str, Any], default: float | None) -> float | None:
+    """A job's time limit per attempt in seconds: its stored ``max_runtime_s``, else
+    ``default`` (a job stored before jobs had limits; ``None``: no limit).
+
+    A stored value that is not a positive finite number (a job written by hand) is a
+    ``ValueError``: bad input, never retried.
+    """
+    value = params.get("max_runtime_s")
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"invalid job parameters: max_runtime_s must be a number; got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"invalid job parameters: max_runtime_s must be > 0; got {value!r}")
+    return float(value)

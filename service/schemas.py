@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.jobs import JobStatus
 from service.params import EngineFields, engine_fields, model_with
+from service.problems import ProblemError
+from service.settings import Settings, get_settings
 from service.tenants import DEFAULT_TENANT
 from service.uploads import FLOAT32_MAX, NAME_MAX_LENGTH
 
@@ -137,20 +139,59 @@ class _JobBody(EngineFields):
         },
     )
 
-    def params(self) -> dict[str, Any]:
-        """The job's engine parameters, defaults filled in: what the queue stores and
-        `GET /v1/jobs/{id}` shows (the worker reads them with `engine_params`)."""
-        return self.model_dump(exclude={"dataset_id"})
+    def params(self, settings: Settings | None = None) -> dict[str, Any]:
+        """The job's parameters, defaults filled in: what the queue stores and
+        `GET /v1/jobs/{id}` shows (the worker reads the engine's with `engine_params`).
+
+        `max_runtime_s` is the effective limit: the job's own, else the server's default
+        (`settings`, the environment's when omitted); above the server's cap it is a
+        `422` that names the cap.
+        """
+        params = self.model_dump(exclude={"dataset_id"})
+        params["max_runtime_s"] = _runtime_limit(params.get("max_runtime_s"), settings)
+        return params
+
+
+def _runtime_limit(requested: float | None, settings: Settings | None) -> float:
+    """A job's time limit: ``requested``, else the default; a 422 above the cap."""
+    config = settings or get_settings()
+    if requested is None:
+        return min(config.max_runtime_s, config.max_runtime_cap_s)
+    if requested > config.max_runtime_cap_s:
+        cap = config.max_runtime_cap_s
+        raise ProblemError(
+            422,
+            f"max_runtime_s={requested:g} exceeds this server's cap of {cap:g} s "
+            "(RBFKM_MAX_RUNTIME_CAP_S); ask for at most that, or reduce n_clusters or the "
+            "dataset's n_samples so that the fit takes less time",
+            kind="validation",
+            errors=[("body.max_runtime_s", f"must be <= {cap:g} (the server's cap)")],
+        )
+    return requested
 
 
 #: `POST /v1/jobs`. Its engine fields come from the engine's constraint table
 #: (:mod:`service.params`), so the API accepts what the engine accepts, within the caps.
 JobCreate = model_with(
     "JobCreate",
-    "`POST /v1/jobs`: a dataset and the engine's parameters (`RBFKMeans`).",
+    "`POST /v1/jobs`: a dataset, the engine's parameters (`RBFKMeans`) and the job's time "
+    "limit (`max_runtime_s`, the service's own).",
     _JobBody,
     dataset_id=(str, Field(min_length=1, max_length=128)),
     **engine_fields(),
+    max_runtime_s=(
+        float | None,
+        Field(
+            default=None,
+            gt=0,
+            allow_inf_nan=False,
+            description="Time limit of each attempt, in seconds: a fit still running then "
+            "is stopped and the job fails (not retried). Default: the server's "
+            "`RBFKM_MAX_RUNTIME_S`; above its `RBFKM_MAX_RUNTIME_CAP_S` a `422`. "
+            "`GET /v1/jobs/{id}` shows the effective limit in `params`.",
+            examples=[600],
+        ),
+    ),
 )
 
 

@@ -10,6 +10,17 @@ polls the job's cancel flag and fence every ``poll_s``; the fit's callback only 
 local flag on every iteration and writes progress to Redis at most every
 ``progress_interval_s``, so the hot loop stays free of network round trips.
 
+Every attempt has a time limit (the job's ``max_runtime_s``, filled in by the API from
+``RBFKM_MAX_RUNTIME_S``), counted from the claim: the fit gets a ``should_stop`` check
+that reads the local flags (cancel or fencing noticed by the lease thread, shutdown) and
+the clock, which the engine polls between the blocks of every pass and the steps of its
+other long loops. A stop request therefore ends the fit within one block of work (it
+raises ``FitInterrupted``: no last pass, nothing to keep). A job past its limit fails at
+once, not retried (it would only run out of time again), dead-lettered with a message
+that names the limit and what to change. The limit is per attempt: an attempt that takes
+over a dead worker's job starts its own clock, so a job runs at most ``max_attempts``
+times its limit in all.
+
 Processes are started with the ``spawn`` method, never ``fork``: CUDA does not survive a
 fork, and a forked child would share the parent's Redis connections.
 """
@@ -39,7 +50,7 @@ from service.datasets import load_dataset
 from service.devices import DeviceLock, device_for_index, job_device, worker_device
 from service.errors import DatasetNotFound
 from service.logs import OutageLog
-from service.params import engine_params
+from service.params import engine_params, runtime_limit
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
 from service.settings import Settings
@@ -51,6 +62,8 @@ LoadDataset = Callable[[str], np.ndarray]
 #: Errors the user caused (bad parameters, a missing dataset): the job fails at once, without
 #: retries. ``DatasetNotFound`` is a ``LookupError``, listed for clarity.
 NON_RETRYABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, DatasetNotFound)
+#: The stop reason of an attempt that ran past its job's ``max_runtime_s``.
+TIMED_OUT = "timed out"
 
 
 def dataset_loader(data_dir: Path | str) -> LoadDataset:
@@ -76,12 +89,21 @@ class _LeaseKeeper:
         self.heartbeat_s = heartbeat_s
         self.poll_s = min(poll_s, heartbeat_s)
         self.reason: str | None = None  # why the job must stop; read on every iteration
+        self.deadline: float | None = None  # time.monotonic() when the attempt's time is up
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{claim.job_id}", daemon=True)
 
     def stop_with(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
+
+    def should_stop(self) -> bool:
+        """Whether the fit must stop now (cancel or fencing noticed, or time is up); cheap:
+        the engine calls it between the blocks of its passes."""
+        deadline = self.deadline
+        if self.reason is None and deadline is not None and time.monotonic() >= deadline:
+            self.stop_with(TIMED_OUT)
+        return self.reason is not None
 
     def _run(self) -> None:
         next_renew = time.monotonic() + self.heartbeat_s
@@ -146,7 +168,12 @@ class Worker:
         estimator: Callable[..., Any] | None = None,
         lock_dir: Path | str | None = None,
         timing: Timing = Timing(),  # frozen: one shared default is safe
+        max_runtime_s: float | None = None,
+        max_runtime_cap_s: float | None = None,
     ) -> None:
+        """``max_runtime_s``: the time limit of a job that stores none (one queued before
+        jobs had limits; ``None``: no limit); ``max_runtime_cap_s``: the server's cap, which
+        a timed-out job's error names."""
         self.queue = queue
         self.results = results
         self.load_dataset = load_dataset
@@ -160,6 +187,8 @@ class Worker:
         scope = f"{queue.prefix}@{results.root.resolve()}"
         self.device_lock = DeviceLock(self.device, lock_dir, scope=scope)
         self.purge_every_s = timing.purge_every_s
+        self.max_runtime_s = max_runtime_s
+        self.max_runtime_cap_s = max_runtime_cap_s
         self._stop: threading.Event | None = None  # set by run(): hand the job back
         #: One outage log for the loop, the lease thread and the progress writes: a lost
         #: Redis is one line (and a reminder now and then), not one per failed call.
@@ -213,10 +242,13 @@ class Worker:
             self.queue, claim, self.heartbeat_s, self.poll_s, self.redis_log
         ) as keeper:
             try:
+                limit_s = runtime_limit(claim.params, self.max_runtime_s)
+                if limit_s is not None:  # per attempt, from its claim
+                    keeper.deadline = time.monotonic() + limit_s
                 model, X = self._fit(claim, keeper)
                 reason = keeper.reason or self.queue.stop_reason(claim)
                 if reason is not None:
-                    self._stopped(claim, reason)
+                    self._stopped(claim, reason, limit_s)
                     return
                 meta = self.results.save(claim.job_id, model, X, attempt=claim.attempt)
                 if self.queue.succeed(claim, meta):
@@ -238,7 +270,11 @@ class Worker:
                 status = self.queue.fail(claim, f"{type(exc).__name__}: {exc}", retryable=True)
                 log.info("job %s is now %s", claim.job_id, status)
 
-    def _fit(self, claim: Claim, keeper: _LeaseKeeper) -> tuple[Any, np.ndarray]:
+    def _fit(self, claim: Claim, keeper: _LeaseKeeper) -> tuple[Any | None, np.ndarray]:
+        """The fitted model (``None`` when the fit was stopped: ``keeper.reason`` says why)
+        and the data."""
+        from rbfkm_engine.progress import FitInterrupted
+
         X = self.load_dataset(claim.dataset_id)
         estimator = self.estimator or _default_estimator()
         model = estimator(
@@ -246,12 +282,14 @@ class Worker:
         )
         last_write = -float("inf")
 
-        def callback(progress: Any) -> bool:
-            nonlocal last_write
-            if keeper.reason is not None:
-                return True
+        def should_stop() -> bool:
             if self._stop is not None and self._stop.is_set():
                 keeper.stop_with("shutdown")
+            return keeper.should_stop()
+
+        def callback(progress: Any) -> bool:
+            nonlocal last_write
+            if should_stop():
                 return True
             now = time.monotonic()
             if now - last_write < self.progress_interval_s:
@@ -273,12 +311,20 @@ class Worker:
                 keeper.stop_with(self.queue.stop_reason(claim) or "fenced")
             return not keep_going
 
-        model.fit(X, callback=callback)
+        try:
+            model.fit(X, callback=callback, should_stop=should_stop)
+        except FitInterrupted:
+            return None, X
         return model, X
 
-    def _stopped(self, claim: Claim, reason: str) -> None:
-        """End an attempt that was told to stop: canceled or deleted end the job; fenced not."""
-        if reason == "shutdown":
+    def _stopped(self, claim: Claim, reason: str, limit_s: float | None = None) -> None:
+        """End an attempt that was told to stop: canceled, deleted or timed out end the job;
+        fenced not."""
+        if reason == TIMED_OUT and limit_s is not None:  # only a limit times out
+            message = self._timeout_message(limit_s)
+            status = self.queue.fail(claim, message, retryable=False)
+            log.info("job %s attempt %d timed out (%s)", claim.job_id, claim.attempt, status)
+        elif reason == "shutdown":
             status = self.queue.release(claim)
             log.info("job %s handed back on shutdown (%s)", claim.job_id, status)
         elif reason in ("canceled", "deleted"):
@@ -286,6 +332,20 @@ class Worker:
             log.info("job %s %s while running", claim.job_id, reason)
         else:  # another attempt owns the job now: touch nothing of it
             log.warning("job %s attempt %d fenced out; dropped", claim.job_id, claim.attempt)
+
+    def _timeout_message(self, limit_s: float) -> str:
+        """The error of a job that ran out of time: the limit and what to change."""
+        cap = self.max_runtime_cap_s
+        raise_it = (
+            f"raise max_runtime_s (this server's cap: {cap:g} s)"
+            if cap is not None
+            else "raise max_runtime_s"
+        )
+        return (
+            f"the job exceeded its time limit of {limit_s:g} s and was stopped; "
+            f"{raise_it} or reduce n_clusters or n_samples (the limit applies to each "
+            "attempt; a job that timed out is not retried)"
+        )
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -356,6 +416,8 @@ def run_worker_process(
             dataset_loader(config.data_dir),
             device=device_for_index(config.device, index),
             estimator=estimator,
+            max_runtime_s=config.max_runtime_s,
+            max_runtime_cap_s=config.max_runtime_cap_s,
         )
         worker.run(stop)
     finally:

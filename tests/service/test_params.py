@@ -14,12 +14,15 @@ from rbfkm_engine.params import PARAMETER_CONSTRAINTS, Interval, Options
 from service.params import (
     EXPOSED,
     HIDDEN,
+    SERVICE_PARAMS,
     EngineParams,
     capped,
     describe,
     engine_params,
+    runtime_limit,
 )
 from service.schemas import JobCreate
+from service.settings import Settings
 
 ENGINE_DEFAULTS = {
     name: parameter.default
@@ -32,7 +35,7 @@ def test_every_engine_parameter_is_exposed_or_hidden_and_none_is_invented() -> N
     assert set(EXPOSED) | set(HIDDEN) == set(PARAMETER_CONSTRAINTS) == set(ENGINE_DEFAULTS)
     assert not set(EXPOSED) & set(HIDDEN)
     assert set(EngineParams.model_fields) == set(EXPOSED)
-    assert set(JobCreate.model_fields) == {"dataset_id", *EXPOSED}
+    assert set(JobCreate.model_fields) == {"dataset_id", *EXPOSED, *SERVICE_PARAMS}
 
 
 def test_defaults_are_the_engines() -> None:
@@ -44,9 +47,10 @@ def test_defaults_are_the_engines() -> None:
 
 
 def test_stored_params_are_the_engines_defaults_filled_in() -> None:
-    params = JobCreate(dataset_id="d", n_clusters=3).params()
+    limits = Settings(max_runtime_s=120.0, max_runtime_cap_s=600.0)
+    params = JobCreate(dataset_id="d", n_clusters=3).params(limits)
     defaults = {name: ENGINE_DEFAULTS[name] for name in EXPOSED if name != "n_clusters"}
-    assert params == {"n_clusters": 3, **defaults}
+    assert params == {"n_clusters": 3, **defaults, "max_runtime_s": 120.0}
 
 
 def _schema(name: str) -> dict:
@@ -162,3 +166,17 @@ def test_the_api_process_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False"
+
+
+def test_the_time_limit_is_the_services_not_the_engines() -> None:
+    stored = JobCreate(dataset_id="d", n_clusters=2, max_runtime_s=30).params()
+    assert stored["max_runtime_s"] == 30.0
+    assert "max_runtime_s" not in engine_params(stored)
+    RBFKMeans(**engine_params(stored))  # the estimator takes what is left
+    assert SERVICE_PARAMS.isdisjoint(PARAMETER_CONSTRAINTS)
+    assert runtime_limit(stored, None) == 30.0
+    assert runtime_limit({"n_clusters": 2}, 99.0) == 99.0  # stored before jobs had limits
+    assert runtime_limit({"n_clusters": 2}, None) is None
+    for bad in (0, -5, float("nan"), "1", True):
+        with pytest.raises(ValueError, match="max_runtime_s"):
+            runtime_limit({"max_runtime_s": bad}, None)

@@ -6,13 +6,18 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from service.problems import ProblemError
 from service.schemas import DatasetInline, Job, JobCreate, Problem
+from service.settings import Settings
+
+#: A server whose jobs get 120 s unless they ask for up to 600 s.
+LIMITS = Settings(max_runtime_s=120.0, max_runtime_cap_s=600.0)
 
 BASE = {"dataset_id": "d1", "n_clusters": 3}
 
 
 def test_defaults_mirror_the_engine() -> None:
-    params = JobCreate(**BASE).params()
+    params = JobCreate(**BASE).params(LIMITS)
     assert params == {
         "n_clusters": 3,
         "assignment": "entmax15",
@@ -25,6 +30,7 @@ def test_defaults_mirror_the_engine() -> None:
         "n_init": 1,
         "random_state": None,
         "device": "auto",
+        "max_runtime_s": 120.0,  # the server's default: a service parameter, not the engine's
     }
 
 
@@ -153,3 +159,27 @@ def test_job_accepts_the_queue_shape_and_missing_progress() -> None:
 def test_models_carry_openapi_examples() -> None:
     for model in (Problem, JobCreate, Job):
         assert model.model_json_schema().get("examples"), model.__name__
+
+
+def test_a_job_asks_for_its_time_limit_up_to_the_cap() -> None:
+    assert JobCreate(**BASE, max_runtime_s=30).params(LIMITS)["max_runtime_s"] == 30.0
+    assert JobCreate(**BASE, max_runtime_s=600).params(LIMITS)["max_runtime_s"] == 600.0
+    with pytest.raises(ProblemError) as caught:
+        JobCreate(**BASE, max_runtime_s=601).params(LIMITS)
+    assert caught.value.status == 422
+    assert (
+        "cap of 600 s" in caught.value.detail and "RBFKM_MAX_RUNTIME_CAP_S" in caught.value.detail
+    )
+    assert caught.value.errors == [
+        {"field": "body.max_runtime_s", "message": "must be <= 600 (the server's cap)"}
+    ]
+    # A default above the cap is the cap.
+    low_cap = Settings(max_runtime_s=3600.0, max_runtime_cap_s=60.0)
+    assert JobCreate(**BASE).params(low_cap)["max_runtime_s"] == 60.0
+
+
+@pytest.mark.parametrize("bad", (0, -1.0, float("inf"), "soon"))
+def test_a_time_limit_must_be_a_positive_number(bad: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobCreate(**BASE, max_runtime_s=bad)
+    assert caught.value.errors()[0]["loc"] == ("max_runtime_s",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import signal
@@ -16,7 +17,7 @@ import pytest
 import redis
 import torch
 
-from rbfkm_engine import RBFKMeans
+from rbfkm_engine import FitInterrupted, RBFKMeans
 from service.devices import DeviceLock
 from service.queue import JobQueue
 from service.results import ResultStore
@@ -34,13 +35,26 @@ class SlowRBFKMeans(RBFKMeans):
     delay_s: ClassVar[float] = 0.05
     fits: ClassVar[list[RBFKMeans]] = []
 
-    def fit(self, X: Any, y: Any = None, sample_weight: Any = None, *, callback: Any = None):
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        *,
+        callback: Any = None,
+        should_stop: Any = None,
+    ):
         def slow(progress: Any) -> Any:
             time.sleep(self.delay_s)
             return callback(progress) if callback is not None else None
 
         SlowRBFKMeans.fits.append(self)
-        return super().fit(X, y, sample_weight, callback=slow)
+        self.interrupted = False  # set when the worker's should_stop ended the fit
+        try:
+            return super().fit(X, y, sample_weight, callback=slow, should_stop=should_stop)
+        except FitInterrupted:
+            self.interrupted = True
+            raise
 
 
 class SlowerRBFKMeans(SlowRBFKMeans):
@@ -246,8 +260,7 @@ def test_cancel_running_job_stops_it_at_the_next_iteration(
     assert job is not None
     assert (job["status"], job["attempts"]) == ("canceled", 1)
     assert job["finished_at"] is not None
-    assert SlowRBFKMeans.fits[-1].stopped_early_ is True
-    assert SlowRBFKMeans.fits[-1].n_iter_ < 150
+    assert SlowRBFKMeans.fits[-1].interrupted is True  # within a block: nothing fitted
     assert not results.exists(job_id)
 
 
@@ -278,7 +291,7 @@ def test_fenced_out_worker_drops_its_work_and_the_winner_succeeds_once(
     assert meta is not None
     assert meta["attempt"] == 2
     assert sorted(p.name for p in results.job_dir(job_id).iterdir()) == ["attempt-2"]
-    assert SlowRBFKMeans.fits[0].stopped_early_ is True  # A noticed it was fenced out
+    assert SlowRBFKMeans.fits[0].interrupted is True  # A noticed it was fenced out
 
 
 class _ReclaimedWhileSaving(ResultStore):
@@ -562,3 +575,114 @@ def test_orphaned_worker_process_exits(
         if server.is_alive():
             server.kill()
     assert queue.workers_alive() == 0
+
+
+# ---- time limits and cancel in every phase -----------------------------------------------
+
+
+@pytest.fixture
+def big_data_dir(data_dir: Path) -> Path:
+    """A dataset whose fit takes seconds (20 000 points, 8 features, 200 clusters)."""
+    rng = np.random.default_rng(1)
+    centres = rng.uniform(-10, 10, size=(50, 8))
+    X = centres[rng.integers(0, 50, 20_000)] + rng.normal(size=(20_000, 8))
+    np.save(data_dir / "datasets" / "big.npy", X.astype(np.float32))
+    return data_dir
+
+
+def test_a_job_past_its_time_limit_fails_at_once_and_is_not_retried(
+    queue: JobQueue, make_worker: Callable[..., Worker], results: ResultStore, big_data_dir: Path
+) -> None:
+    params = {"n_clusters": 200, "random_state": 0, "max_runtime_s": 0.5}
+    job_id = queue.submit("big", params)["id"]
+    worker = make_worker(queue, max_runtime_s=3600.0, max_runtime_cap_s=7200.0)
+    started = time.monotonic()
+    assert worker.run_once(block_ms=200) == job_id
+    elapsed = time.monotonic() - started
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("failed", 1)
+    assert "exceeded its time limit of 0.5 s" in job["error"]
+    assert "raise max_runtime_s (this server's cap: 7200 s)" in job["error"]
+    assert "reduce n_clusters or n_samples" in job["error"]
+    assert job["params"]["max_runtime_s"] == 0.5
+    assert queue.dead_letters()[0][0]["job_id"] == job_id  # dead-lettered, not retried
+    assert worker.run_once(block_ms=50) is None
+    assert not results.exists(job_id)
+    assert elapsed < 3.0  # the whole fit takes far longer; stopped within a block
+
+
+def test_a_job_without_a_stored_limit_runs_under_the_workers_default(
+    queue: JobQueue, make_worker: Callable[..., Worker], big_data_dir: Path
+) -> None:
+    job_id = queue.submit("big", {"n_clusters": 200, "random_state": 0})["id"]
+    assert make_worker(queue, max_runtime_s=0.3).run_once(block_ms=200) == job_id
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("failed", 1)
+    assert "time limit of 0.3 s" in job["error"]
+
+
+def test_a_job_within_its_limit_succeeds(
+    queue: JobQueue, make_worker: Callable[..., Worker], results: ResultStore
+) -> None:
+    job_id = queue.submit("ds", {**PARAMS, "max_runtime_s": 600})["id"]
+    assert make_worker(queue).run_once(block_ms=200) == job_id
+    job = queue.get(job_id)
+    assert job is not None and job["status"] == "succeeded"
+    assert results.exists(job_id)
+
+
+def test_a_bad_stored_limit_is_bad_input(
+    queue: JobQueue, make_worker: Callable[..., Worker]
+) -> None:
+    job_id = queue.submit("ds", {**PARAMS, "max_runtime_s": -1})["id"]
+    assert make_worker(queue).run_once(block_ms=200) == job_id
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("failed", 1)
+    assert "max_runtime_s" in job["error"]
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "params"),
+    [
+        ("rbfkm_engine.model", "kmeans_plusplus", {"assignment": "hard"}),  # initialisation
+        ("rbfkm_engine.solver", "anneal", {}),  # the twin start and annealing
+        ("rbfkm_engine.solver", "lloyd", {}),
+        ("rbfkm_engine.solver", "refine", {}),  # the local search
+    ],
+)
+def test_cancel_is_honoured_in_every_phase(
+    module: str,
+    name: str,
+    params: dict[str, Any],
+    queue: JobQueue,
+    make_worker: Callable[..., Worker],
+    results: ResultStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The job is canceled as the phase begins (and the worker's lease thread has seen it):
+    # the phase's first block ends the real fit, and the job ends canceled.
+    target = importlib.import_module(module)
+    original = getattr(target, name)
+    job_id = queue.submit("ds", {**PARAMS, **params})["id"]
+    seen: list[str] = []
+
+    def cancel_then_run(*args: Any, **kwargs: Any) -> Any:
+        queue.cancel(job_id)
+        time.sleep(0.3)  # the lease thread polls the cancel flag every 0.02 s
+        try:
+            return original(*args, **kwargs)
+        except FitInterrupted:
+            seen.append("interrupted")
+            raise
+
+    monkeypatch.setattr(target, name, cancel_then_run)
+    worker = make_worker(queue, timing=Timing(poll_s=0.02))
+    assert worker.run_once(block_ms=200) == job_id
+    assert seen == ["interrupted"]  # stopped inside the phase, not after it
+    job = queue.get(job_id)
+    assert job is not None
+    assert (job["status"], job["attempts"]) == ("canceled", 1)
+    assert not results.exists(job_id)

@@ -6,6 +6,7 @@ worker in `tests/service/test_e2e.py`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,10 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.queue import Claim, JobQueue
+from service.results import ResultStore
 from service.routes.jobs import csr_rows
-from service.settings import Settings
+from service.settings import Settings, get_settings
+from service.worker import Worker, dataset_loader
 from tests.service.conftest import assert_problem, upload
 
 
@@ -318,3 +321,70 @@ def test_a_job_too_large_for_a_worker_is_refused_before_it_is_queued(settings: S
         assert "RBFKM_MAX_JOB_BYTES" in problem["detail"] and "GiB" in problem["detail"]
         assert problem["errors"][0]["field"] == "body.n_clusters"
         assert client.get("/v1/jobs").json()["total"] == 1  # the refused job was not queued
+
+
+@pytest.fixture
+def limited(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    """A client of a server whose jobs get 120 s unless they ask for up to 600 s."""
+    monkeypatch.setenv("RBFKM_MAX_RUNTIME_S", "120")
+    monkeypatch.setenv("RBFKM_MAX_RUNTIME_CAP_S", "600")
+    get_settings.cache_clear()  # the environment's settings, as the API reads them
+    configured = settings.model_copy(update={"max_runtime_s": 120.0, "max_runtime_cap_s": 600.0})
+    with TestClient(create_app(configured), raise_server_exceptions=False) as test_client:
+        yield test_client
+    get_settings.cache_clear()
+
+
+def test_a_job_shows_its_effective_time_limit(limited: TestClient) -> None:
+    meta = upload(limited)
+    default = limited.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 2})
+    assert default.status_code == 202, default.text
+    polled = limited.get(f"/v1/jobs/{default.json()['id']}").json()
+    assert polled["params"]["max_runtime_s"] == 120.0
+    own = limited.post(
+        "/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": 2, "max_runtime_s": 30}
+    )
+    assert own.status_code == 202, own.text
+    assert limited.get(f"/v1/jobs/{own.json()['id']}").json()["params"]["max_runtime_s"] == 30
+
+
+def test_a_time_limit_above_the_cap_is_a_422_that_names_the_cap(limited: TestClient) -> None:
+    meta = upload(limited)
+    body = {"dataset_id": meta["id"], "n_clusters": 2, "max_runtime_s": 601}
+    problem = assert_problem(limited.post("/v1/jobs", json=body), 422)
+    assert "cap of 600 s" in problem["detail"]
+    assert problem["errors"] == [
+        {"field": "body.max_runtime_s", "message": "must be <= 600 (the server's cap)"}
+    ]
+    assert limited.get("/v1/jobs").json()["total"] == 0  # nothing was queued
+    zero = assert_problem(limited.post("/v1/jobs", json={**body, "max_runtime_s": 0}), 422)
+    assert zero["errors"][0]["field"] == "body.max_runtime_s"
+
+
+def test_a_job_that_ran_out_of_time_says_so(
+    limited: TestClient, settings: Settings, redis_client: redis.Redis
+) -> None:
+    # A real worker runs a real fit under a tiny limit: the job fails, not retried, and
+    # its error (and the result's 409) say what to change.
+    rng = np.random.default_rng(0)
+    meta = upload(limited, rng.normal(size=(20_000, 8)).astype(np.float32))
+    body = {"dataset_id": meta["id"], "n_clusters": 200, "max_runtime_s": 0.3}
+    job = limited.post("/v1/jobs", json=body).json()
+    queue = JobQueue.from_settings(redis_client, settings)
+    worker = Worker(
+        queue,
+        ResultStore(settings.data_dir),
+        dataset_loader(settings.data_dir),
+        device="cpu",
+        lock_dir=settings.data_dir,
+        max_runtime_cap_s=600.0,
+    )
+    assert worker.run_once(block_ms=500) == job["id"]
+    polled = limited.get(f"/v1/jobs/{job['id']}").json()
+    assert (polled["status"], polled["attempts"]) == ("failed", 1)
+    assert "exceeded its time limit of 0.3 s" in polled["error"]
+    assert "cap: 600 s" in polled["error"]
+    result = assert_problem(limited.get(f"/v1/jobs/{job['id']}/result"), 409)
+    assert "time limit" in result["detail"]
+    dead = limited.get("/v1/jobs/dead-letters").json()["items"]
+    assert dead[0]["job_id"] == job["id"] and "time limit" in dead[0]["error"]
