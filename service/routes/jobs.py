@@ -83,7 +83,7 @@ def _job_headers(job: dict[str, Any]) -> dict[str, str]:
 
 
 def _check_against_dataset(
-    body: JobCreate, datasets: Any, max_job_bytes: int, caller: Caller
+    body: JobCreate, params: dict[str, Any], datasets: Any, max_job_bytes: int, caller: Caller
 ) -> None:
     """Parameters that only make sense for this dataset: one the caller may see, k <= n,
     init width = d, and a job that fits a worker's memory."""
@@ -112,7 +112,7 @@ def _check_against_dataset(
             kind="validation",
             errors=[("body.init", f"rows must have {d} values")],
         )
-    check_job_memory(meta, body.params(), max_job_bytes)
+    check_job_memory(meta, params, max_job_bytes)
 
 
 @router.post(
@@ -154,10 +154,11 @@ def create_job(
         if stored is not None:
             return JSONResponse(stored.body, status_code=stored.status, headers=stored.headers)
     try:
-        _check_against_dataset(body, datasets, settings.max_job_bytes, caller)
+        params = body.params(settings)
+        _check_against_dataset(body, params, datasets, settings.max_job_bytes, caller)
         job = queue.submit(
             body.dataset_id,
-            body.params(),
+            params,
             tenant=caller.tenant,
             max_active=tenants.quota(caller.tenant).max_active_jobs,
         )
