@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from service import __version__
 from service.datasets import DatasetStore
 from service.idempotency import IdempotencyStore
+from service.limits import BodyLimitMiddleware
 from service.metrics import HttpMetrics, MetricsMiddleware, QueueCollector
 from service.problems import install_problem_handlers
 from service.queue import JobQueue
@@ -89,6 +90,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = CollectorRegistry()
     registry.register(QueueCollector(queue, app.state.keyring.names))
     app.state.registry = registry
+    # Inside the metrics, which count its 413s.
+    app.add_middleware(
+        BodyLimitMiddleware,
+        json_bytes=settings.max_json_body_bytes,
+        upload_bytes=settings.max_upload_bytes,
+    )
     app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry))
     install_problem_handlers(app)
     app.include_router(datasets.router)

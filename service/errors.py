@@ -40,14 +40,25 @@ class UnsupportedMediaType(ServiceError):
 
 
 class BodyTooLarge(ServiceError):
-    """A body over the upload limit (refused while it streams, never buffered)."""
+    """A body over its route's limit (refused before or while it streams, never buffered).
 
-    def __init__(self, max_bytes: int) -> None:
+    ``setting`` names the variable that sets the limit; ``hint`` (appended to the detail)
+    says what to send instead.
+    """
+
+    def __init__(
+        self,
+        max_bytes: int,
+        setting: str = "RBFKM_MAX_UPLOAD_BYTES",
+        hint: str = "; send a smaller dataset (split it, or in a denser format: .npy or "
+        "Parquet), or raise the limit on the server",
+    ) -> None:
         super().__init__(
-            f"the body exceeds the limit of {max_bytes} bytes (RBFKM_MAX_UPLOAD_BYTES)",
+            f"the body exceeds the limit of {max_bytes} bytes ({setting}){hint}",
             field="body",
             message=f"larger than {max_bytes} bytes",
         )
+        self.max_bytes = max_bytes
 
 
 class DatasetNotFound(ServiceError, LookupError):
@@ -107,6 +118,7 @@ class JobTooLarge(ServiceError):
         super().__init__(
             detail, field="body.n_clusters", message="the job exceeds the worker's memory budget"
         )
+
 
 class QuotaExceeded(ServiceError):
     """A tenant at one of its quotas (:class:`service.tenants.Quota`); it may retry once

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import logging
 import os
 import tempfile
@@ -25,6 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from service.errors import BodyTooLarge, InvalidDataset, UnsupportedMediaType
+from service.jsonrows import FLOAT32_MAX as FLOAT32_MAX
+from service.jsonrows import NAME_MAX_LENGTH as NAME_MAX_LENGTH
+from service.jsonrows import parse_json_rows
+from service.jsonrows import quote as _quote
 
 logger = logging.getLogger(__name__)
 
@@ -43,18 +46,11 @@ CONTENT_TYPES: dict[str, str] = {
     "application/x-parquet": PARQUET,
 }
 _FINITE_BLOCK = 1 << 22  # elements checked per block: bounded extra memory
-#: Values beyond this (float32's largest) would not survive the workers' float32 fit.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
+_CSV_CHARS = 1 << 18  # CSV characters read at a time (a few milliseconds of work each)
 #: Every .npy file starts with this (the format version follows).
 _NPY_MAGIC = b"\x93NUMPY"
 #: A Parquet file starts and ends with this.
 _PARQUET_MAGIC = b"PAR1"
-#: The longest dataset name (JSON ``name``, ``?name=``).
-NAME_MAX_LENGTH = 200
-#: Digits of the longest integer a JSON body may hold (float32 holds at most 3.4e38).
-_MAX_INT_DIGITS = 39
-#: How much of an offending value an error message quotes.
-_QUOTE = 40
 
 
 def media_type(content_type: str | None, header: bool | None = None) -> str:
@@ -216,92 +212,11 @@ def _float_dtype(dtype: np.dtype) -> np.dtype:
     raise InvalidDataset(f"the data must be numeric; got dtype {dtype}")
 
 
-def _quote(text: str) -> str:
-    """A value as an error message quotes it: repr, cut to a readable length."""
-    return repr(text if len(text) <= _QUOTE else text[:_QUOTE] + "...")
-
-
-class _OutOfRange(str):
-    """A JSON number too large for float32 (kept as its text, to name it in the error)."""
-
-
-def _json_int(text: str) -> int | _OutOfRange:
-    # Python refuses to convert integers of over 4300 digits (and a float would be inf):
-    # anything beyond float32's range is refused with its place instead.
-    return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else _OutOfRange(text)
-
-
-def _json_float(text: str) -> float | _OutOfRange:
-    value = float(text)  # "1e999" is inf here; JSON's own Infinity goes to parse_constant
-    return _OutOfRange(text) if value in (np.inf, -np.inf) else value
-
-
-def _json_error(exc: ValueError) -> str:
-    """What is wrong with a body that is not JSON, counting from 0 like every message."""
-    if isinstance(exc, json.JSONDecodeError):
-        return (
-            f"the body is not valid JSON: {exc.msg.lower()} at line {exc.lineno - 1}, "
-            f"column {exc.colno - 1} (character {exc.pos}; lines, columns and characters "
-            "count from 0)"
-        )
-    if isinstance(exc, UnicodeDecodeError):
-        return (
-            f"the body is not valid JSON: byte {exc.start} is not {exc.encoding.upper()} text "
-            "(bytes count from 0); send UTF-8"
-        )
-    return "the body is not valid JSON"
-
-
 def parse_json(path: Path) -> Parsed:
-    """`{"data": [[...], ...], "name": ...}`: rows of equal length, numbers only."""
-    try:
-        with path.open("rb") as fh:
-            body = json.load(fh, parse_int=_json_int, parse_float=_json_float)
-    except RecursionError:
-        raise InvalidDataset("the body is not valid JSON: it is nested too deeply") from None
-    except ValueError as exc:  # UnicodeDecodeError is a ValueError
-        raise InvalidDataset(_json_error(exc)) from None
-    if not isinstance(body, dict) or "data" not in body:
-        raise InvalidDataset('the JSON body must be an object {"data": [[...], ...], "name": ...}')
-    unknown = sorted(set(body) - {"data", "name"})
-    if unknown:
-        raise InvalidDataset(
-            f"unknown fields {unknown}; allowed: data, name", field=f"body.{unknown[0]}"
-        )
-    name = body.get("name")
-    if name is not None and (type(name) is not str or len(name) > NAME_MAX_LENGTH):
-        raise InvalidDataset(
-            f"name must be a string of at most {NAME_MAX_LENGTH} characters", field="body.name"
-        )
-    rows = body["data"]
-    if not isinstance(rows, list) or not rows:
-        raise InvalidDataset("data must be a non-empty list of rows", field="body.data")
-    width: int | None = None
-    for i, row in enumerate(rows):
-        if not isinstance(row, list):
-            raise InvalidDataset(f"row {i} is not a list of numbers", field=f"body.data[{i}]")
-        if width is None:
-            width = len(row)
-        elif len(row) != width:
-            raise InvalidDataset(
-                f"row {i} has {len(row)} values but row 0 has {width}; "
-                "rows must be of equal length",
-                field=f"body.data[{i}]",
-            )
-        for j, value in enumerate(row):
-            if type(value) is _OutOfRange:
-                raise InvalidDataset(
-                    f"row {i}, column {j} is {_quote(value)}; values must lie within "
-                    f"+-{FLOAT32_MAX:.3g}, the float32 range the workers fit in (k-means is "
-                    "scale-invariant: scale the data); rows and columns count from 0",
-                    field=f"body.data[{i}][{j}]",
-                )
-            if type(value) is not float and type(value) is not int:
-                raise InvalidDataset(
-                    f"row {i}, column {j} is {value!r}; values must be numbers",
-                    field=f"body.data[{i}][{j}]",
-                )
-    return Parsed(np.array(rows, dtype=np.float64), name=name)
+    """`{"data": [[...], ...], "name": ...}`: rows of equal length, numbers only; parsed
+    streaming, in bounded memory (:mod:`service.jsonrows`)."""
+    array, name = parse_json_rows(path)
+    return Parsed(array, name=name)
 
 
 def _number(text: str) -> bool:
@@ -381,6 +296,35 @@ def _csv_first_bad(path: Path, skip: int, header: bool | None, where: str) -> In
     return None
 
 
+def _read_csv(path: Path, skip: int) -> np.ndarray:
+    """The numbers of a CSV past its first ``skip`` lines, as one ``np.loadtxt`` of the
+    whole file reads them, but about :data:`_CSV_CHARS` at a time: each block is a
+    short hold of the GIL (a whole file was seconds of it, and the event loop waited), and
+    the blocks go into one array preallocated for every line, so the file is read once
+    and nothing but that array is held. ValueError where the reader refuses a block."""
+    with path.open("rb") as raw:
+        capacity = sum(chunk.count(b"\n") for chunk in iter(lambda: raw.read(1 << 20), b"")) + 1
+    out: np.ndarray | None = None
+    rows = 0
+    with path.open("r", encoding="utf-8-sig") as fh:
+        lines = itertools.islice(fh, skip, None)
+        count = 1000  # lines a block, then as many as make about _CSV_CHARS
+        while block := list(itertools.islice(lines, count)):
+            count = max(1, _CSV_CHARS * len(block) // max(1, sum(map(len, block))))
+            array = np.loadtxt(block, delimiter=",", dtype=np.float64, ndmin=2)
+            if array.size == 0:
+                continue
+            if out is None:
+                out = np.empty((capacity, array.shape[1]))
+            elif array.shape[1] != out.shape[1]:
+                raise ValueError("rows of unequal length")
+            out[rows : rows + len(array)] = array
+            rows += len(array)
+    if out is None:
+        return np.loadtxt([], delimiter=",", dtype=np.float64, ndmin=2)
+    return out[:rows]
+
+
 def parse_csv(path: Path, header: bool | None = None) -> Parsed:
     """Comma-separated numbers, one row a line (blank lines and ``#`` comments skipped).
 
@@ -396,9 +340,7 @@ def parse_csv(path: Path, header: bool | None = None) -> Parsed:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "no data": reported below
-            array = np.loadtxt(
-                path, delimiter=",", skiprows=skip, dtype=np.float64, ndmin=2, encoding="utf-8-sig"
-            )
+            array = _read_csv(path, skip)
     except (ValueError, UnicodeDecodeError) as exc:
         logger.debug("the CSV reader refused a body: %s", exc)
         raise _csv_problem(path, skip, header) from None

@@ -1,10 +1,10 @@
-"""What routes share: reading a data body, its parameters, the paging parameters, and the
-OpenAPI pieces that document them."""
+"""What routes share: reading a data body (and which routes take one), its parameters, the
+paging parameters, and the OpenAPI pieces that document them."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
 from fastapi import Query, Request
@@ -43,6 +43,15 @@ DATASET_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+def takes_upload(operation: Mapping[str, Any]) -> bool:
+    """Whether an OpenAPI operation's body is a dataset (documented by :data:`DATASET_BODY`:
+    uploads and predict), limited by ``RBFKM_MAX_UPLOAD_BYTES`` rather than
+    ``RBFKM_MAX_JSON_BODY_BYTES``."""
+    content = operation.get("requestBody", {}).get("content", {})
+    return set(content) == set(DATASET_BODY["requestBody"]["content"])
+
 
 #: The largest `offset` a page may start at: the largest integer every JSON client reads
 #: exactly (2^53 - 1), and far inside the 64-bit range Redis takes (a larger one was a 500).
