@@ -38,6 +38,7 @@ from service.errors import (
     UnsupportedMediaType,
     UploadInterrupted,
 )
+from service.logs import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -213,8 +214,38 @@ async def _on_domain(request: Request, exc: Exception) -> JSONResponse:
     return await _on_problem(request, problem_of(exc))
 
 
+class _RedisBack:
+    """ASGI middleware: the API's outage log hears that Redis answers again from the first
+    response below 500 to a request that needs it (``/v1/...``, ``/readyz``) after a 503
+    for a lost Redis; it costs nothing while Redis is up."""
+
+    def __init__(self, app: Any, outage: OutageLog) -> None:
+        self.app = app
+        self.outage = outage
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if (
+            not self.outage.lost
+            or scope["type"] != "http"
+            or not scope["path"].startswith(("/v1/", "/readyz"))
+        ):
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 500:
+                self.outage.success()
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 async def _on_redis_down(request: Request, exc: Exception) -> JSONResponse:
-    """Redis unreachable: a 503 the client may retry, not a 500."""
+    """Redis unreachable: a 503 the client may retry, not a 500; the log says so once per
+    outage (and a reminder now and then), not once per request."""
+    outage = getattr(request.app.state, "redis_outage", None)
+    if outage is not None:
+        outage.failure(exc, f"{request.method} {request.url.path}")
     return problem_response(
         503,
         f"the job store (Redis) is unavailable: {exc}",
@@ -372,6 +403,8 @@ def _document_problems(app: FastAPI) -> None:
 def install_problem_handlers(app: FastAPI) -> None:
     """Render every error of `app` as problem+json (and document it so)."""
     _document_problems(app)
+    app.state.redis_outage = OutageLog(logging.getLogger("service.api"))
+    app.add_middleware(_RedisBack, outage=app.state.redis_outage)
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(ServiceError, _on_domain)
     app.add_exception_handler(redis.ConnectionError, _on_redis_down)

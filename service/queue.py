@@ -128,7 +128,10 @@ class JobQueue:
         self._scripts = {name: client.register_script(body) for name, body in JOB_SCRIPTS.items()}
         self._prune = client.register_script(PRUNE)
         self._drop_consumer = client.register_script(DROP_CONSUMER)
-        self.ensure_group()
+        # Redis down (a worker process started during an outage): the group is created by
+        # register_worker, or on the NOGROUP of the first claim, once it is back.
+        with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+            self.ensure_group()
 
     @classmethod
     def from_settings(cls, client: redis.Redis, settings: Settings) -> JobQueue:

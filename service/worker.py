@@ -211,12 +211,15 @@ class Worker:
     def run(self, stop: threading.Event, block_ms: int = 1000) -> None:
         """Run jobs until ``stop`` is set; a running job stops and is handed back at once."""
         self._stop = stop
-        self.queue.register_worker(self.consumer)
         log.info("worker %s started on %s", self.consumer, self.device)
         next_purge = time.monotonic()
+        registered = False
         try:
             while not stop.is_set():
                 try:
+                    if not registered:  # in the loop: one started while Redis is down waits
+                        self.queue.register_worker(self.consumer)
+                        registered = True
                     if time.monotonic() >= next_purge:
                         next_purge = time.monotonic() + self.purge_every_s
                         self.results.purge(self.queue.ttl_s)

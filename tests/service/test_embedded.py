@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
-from service.embedded import EmbeddedRedis, free_port, redis_server_binary
+from service.embedded import PID_FILE, EmbeddedRedis, _serves, free_port, redis_server_binary
 from service.queue import JobQueue
 
 
@@ -114,3 +117,67 @@ def test_a_running_server_is_not_started_twice(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="already runs"):
             server.start()
         assert server.process.pid == pid and server.process.poll() is None
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")
+def test_a_server_left_by_a_killed_owner_is_stopped_before_a_start(tmp_path: Path) -> None:
+    """Its owner was killed (`kill -9` of `rbfkm serve`): the next start on the directory
+    stops the old server first (it flushes its AOF), so two never append to one file, and
+    the new one has the data."""
+    old = EmbeddedRedis(tmp_path)
+    old.start()
+    assert old.process is not None
+    left, old.process = old.process, None  # as a killed owner leaves it
+    (tmp_path / "redis" / PID_FILE).write_text(f"{left.pid} {_dead_pid()}\n")
+    client = _client(old.url)
+    client.set("k", "v")
+    client.close()
+    with EmbeddedRedis(tmp_path) as new:
+        assert left.poll() == 0, "stopped with SIGTERM, cleanly"
+        assert redis.Redis.from_url(new.url).get("k") == b"v"
+        assert (tmp_path / "redis" / PID_FILE).read_text().split()[0] == str(new.process.pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")
+def test_a_server_whose_owner_runs_is_left_alone(tmp_path: Path) -> None:
+    with EmbeddedRedis(tmp_path) as first:
+        owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            (tmp_path / "redis" / PID_FILE).write_text(f"{first.process.pid} {owner.pid}\n")
+            with pytest.raises(RuntimeError, match=f"belongs to process {owner.pid}"):
+                EmbeddedRedis(tmp_path).start()
+            assert first.process is not None and first.process.poll() is None
+        finally:
+            owner.kill()
+            owner.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+def test_the_server_dies_with_its_owner(tmp_path: Path) -> None:
+    """`kill -9` of the process that started it: the kernel stops the server too."""
+    script = (
+        "import sys, time\n"
+        "from service.embedded import EmbeddedRedis\n"
+        f"server = EmbeddedRedis({str(tmp_path)!r})\n"
+        "server.start()\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(owner.stdout.readline())  # type: ignore[union-attr]
+        assert _serves(pid, tmp_path / "redis")
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 15
+    while _serves(pid, tmp_path / "redis"):
+        assert time.monotonic() < deadline, f"redis-server {pid} outlived its owner"
+        time.sleep(0.05)

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from service import errors
 from service.app import create_app
-from service.embedded import free_port
+from service.embedded import EmbeddedRedis, free_port
 from service.errors import (
     BodyTooLarge,
     DatasetNotFound,
@@ -100,6 +100,28 @@ def test_one_retry_after_everywhere(tmp_path: Path) -> None:
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"
     assert response.json()["type"] == "urn:rbfkm:problem:redis-unavailable"
+
+
+def test_a_lost_redis_is_logged_once_and_its_return_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API used to say nothing while Redis was down: one line when it is lost (not one
+    per request), one when a request goes through again."""
+    server = EmbeddedRedis(tmp_path / "r", port=free_port())
+    settings = make_settings(server.url, tmp_path)
+    try:
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            for _ in range(3):
+                assert client.get("/v1/jobs").status_code == 503
+            assert caplog.text.count("redis lost (GET /v1/jobs)") == 1, caplog.text
+            assert "redis back" not in caplog.text
+            server.start()
+            assert client.get("/healthz").status_code == 200  # needs no Redis: says nothing
+            assert "redis back" not in caplog.text
+            assert client.get("/v1/jobs").status_code == 200
+            assert caplog.text.count("redis back") == 1, caplog.text
+    finally:
+        server.stop()
 
 
 def test_error_responses_with_a_body_of_their_own_keep_it(client: TestClient) -> None:

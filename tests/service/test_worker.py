@@ -19,6 +19,7 @@ import torch
 
 from rbfkm_engine import FitInterrupted, RBFKMeans
 from service.devices import DeviceLock
+from service.embedded import EmbeddedRedis, free_port
 from service.queue import JobQueue
 from service.results import ResultStore
 from service.settings import Settings
@@ -429,6 +430,34 @@ def test_run_loop_serves_jobs_until_stopped(
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert queue.workers_alive() == 0
+
+
+def test_a_worker_started_while_redis_is_down_waits_for_it(
+    data_dir: Path, make_worker: Callable[..., Worker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker process restarted during an outage of the embedded Redis (both killed by
+    the same chaos) used to die on its first command; now it waits, says so once, and
+    serves jobs once Redis is back."""
+    server = EmbeddedRedis(data_dir / "down", port=free_port())
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=0.2)
+    worker = make_worker(JobQueue(client, prefix="w"))  # Redis is down: no error
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), kwargs={"block_ms": 100})
+    thread.start()
+    try:
+        wait_for(lambda: "redis lost" in caplog.text, 10, "the worker to notice")
+        assert thread.is_alive()
+        server.start()
+        queue = JobQueue(client, prefix="w")
+        job_id = queue.submit("ds", PARAMS)["id"]
+        wait_for(lambda: _status(queue, job_id) == "succeeded", 30, "the job")
+        assert queue.workers_alive() == 1
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.stop()
+    assert not thread.is_alive()
+    assert caplog.text.count("redis lost") == 1 and "redis back" in caplog.text
 
 
 def test_stopping_worker_hands_its_job_back(
