@@ -202,7 +202,8 @@ class Supervisor:
 
 class WorkerSupervisor(Supervisor):
     """``n`` worker processes, each replaced (in its slot: same index, same device) when it
-    exits while the supervisor runs."""
+    exits while the supervisor runs. The ``n`` split the machine's cores between them (a
+    replacement gets its slot's share; see :mod:`service.threads`)."""
 
     replacing = "starting a replacement"
 
@@ -229,11 +230,13 @@ class WorkerSupervisor(Supervisor):
             return list(self._processes)
 
     def _launch_all(self) -> None:
-        self._processes = spawn_workers(self.settings, self.n, estimator=self.estimator)
+        self._processes = spawn_workers(
+            self.settings, self.n, estimator=self.estimator, workers=self.n
+        )
 
     def _launch(self, index: int) -> None:
         (replacement,) = spawn_workers(
-            self.settings, 1, estimator=self.estimator, first_index=index
+            self.settings, 1, estimator=self.estimator, first_index=index, workers=self.n
         )
         with self._lock:
             self._processes[index] = replacement

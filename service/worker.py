@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from service import threads as threads_module
 from service.datasets import load_dataset
 from service.devices import DeviceLock, device_for_index, job_device, worker_device
 from service.errors import DatasetNotFound
@@ -391,12 +392,15 @@ def run_worker_process(
     estimator: Callable[..., Any] | None = None,
     stop: threading.Event | None = None,
     parent_pid: int | None = None,
+    threads: int | None = None,
 ) -> None:
     """Entry point of a worker process (``rbfkm worker``): settings from the argument or env.
 
     Builds its own Redis client, queue, result store and dataset loader, and runs until
     SIGTERM or SIGINT (a running job stops at its next iteration and is handed back), or
     until ``parent_pid`` (set by :func:`spawn_workers`) is no longer its parent.
+    ``threads``: the CPU threads of its fits (set by :func:`spawn_workers`; None: this
+    worker's share of the cores, see :mod:`service.threads`), set before any fit.
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -405,6 +409,17 @@ def run_worker_process(
     config = _load_settings(settings)
     if not config.redis_url:
         raise ValueError("a worker process needs REDIS_URL (the server it shares with the API)")
+    if threads is None:
+        sharing = threads_module.fitting_at_once(config.workers, config.device)
+        threads = threads_module.worker_threads(config.threads_per_worker, sharing, index)
+    counts = threads_module.apply_threads(threads)
+    log.info(
+        "worker %d (pid %d) fits on %d CPU threads (%d inter-op)",
+        index,
+        os.getpid(),
+        counts.intra_op,
+        counts.inter_op,
+    )
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -434,24 +449,31 @@ def spawn_workers(
     estimator: Callable[..., Any] | None = None,
     daemon: bool = True,
     first_index: int = 0,
+    workers: int | None = None,
 ) -> list[BaseProcess]:
     """Start ``n`` worker processes with the ``spawn`` method (CUDA-safe); returns them.
 
     ``first_index``: the index of the first (it picks the device under ``auto``, see
     :func:`service.devices.device_for_index`); a replacement takes the index of the worker
-    it replaces.
+    it replaces. ``workers``: how many worker processes share this machine's cores (default
+    ``n``); each is started with its share in the thread variables of its environment, so
+    its native pools start at that size (see :mod:`service.threads`).
     """
     context = multiprocessing.get_context("spawn")
     payload = _settings_payload(settings)
+    sharing = threads_module.fitting_at_once(workers or n, settings.device)
+    cores = threads_module.usable_cores()
     processes = []
     for index in range(first_index, first_index + n):
+        threads = threads_module.worker_threads(settings.threads_per_worker, sharing, index, cores)
         process = context.Process(
             target=run_worker_process,
             args=(payload, index),
-            kwargs={"estimator": estimator, "parent_pid": os.getpid()},
+            kwargs={"estimator": estimator, "parent_pid": os.getpid(), "threads": threads},
             name=f"rbfkm-worker-{index}",
             daemon=daemon,
         )
-        process.start()
+        with threads_module.child_environment(threads_module.thread_environment(threads)):
+            process.start()
         processes.append(process)
     return processes

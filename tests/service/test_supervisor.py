@@ -98,7 +98,10 @@ def test_the_backoff_doubles_for_quick_deaths_and_resets_after_a_stable_run() ->
 def test_a_worker_that_keeps_dying_waits_longer_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
     spawned: list[int] = []
 
-    def spawn(settings: Any, n: int, *, estimator: Any = None, first_index: int = 0) -> list:
+    def spawn(
+        settings: Any, n: int, *, estimator: Any = None, first_index: int = 0, workers: int = 0
+    ) -> list:
+        assert workers == 2  # a replacement's share of the cores is its slot's of the two
         spawned.append(first_index)
         return [_Exited() for _ in range(n)]
 
