@@ -120,3 +120,15 @@ def test_gpu_compare_skips_cleanly_without_cuda() -> None:
     proc = _run([str(BENCH / "gpu_compare.py"), "--quick"], timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "skipped" in proc.stdout
+
+
+@pytest.mark.slow
+def test_oversubscription_quick_prints_both_slowdowns() -> None:
+    args = ["--quick", "--rounds", "1", "--threads", "1", "--hogs", "1"]
+    proc = _run([str(BENCH / "oversubscription.py"), *args, "--only", "rbfkm-hard,sklearn"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout
+    for needle in ("quiet s", "loaded s", "slowdown", "rbfkm-hard", "sklearn"):
+        assert needle in text, f"{needle!r} missing from the output:\n{text}"
+    verdict = next(line for line in text.splitlines() if line.startswith("hard-2000x4-k5 rbfkm"))
+    assert "scikit-learn's" in verdict and ("within" in verdict or "WORSE" in verdict)
