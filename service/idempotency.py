@@ -43,6 +43,14 @@ def fingerprint(body: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def idempotent_job_id(scope: str, key: str, body_hash: str) -> str:
+    """The id of the job a keyed request creates: the same tenant, key and body always name
+    the same job. A request that dies between creating its job and storing its response
+    leaves a pending marker; once that lapses, the retry's submit finds the job by this id
+    instead of queueing a second one."""
+    return hashlib.sha256(f"{scope}\n{key}\n{body_hash}".encode()).hexdigest()[:32]
+
+
 class IdempotencyStore:
     """Claims, completes and replays idempotency keys in Redis."""
 

@@ -25,7 +25,7 @@ from service.deps import (
 )
 from service.idempotency import _MAX_KEY_LENGTH as MAX_KEY_LENGTH
 from service.idempotency import HEADER as IDEMPOTENCY_HEADER
-from service.idempotency import StoredResponse, fingerprint
+from service.idempotency import StoredResponse, fingerprint, idempotent_job_id
 from service.jobs import UNFINISHED, JobStatus
 from service.problems import RETRY_AFTER, ProblemError
 from service.routes.bodies import (
@@ -159,6 +159,9 @@ def create_job(
         job = queue.submit(
             body.dataset_id,
             params,
+            job_id=None
+            if idempotency_key is None
+            else idempotent_job_id(caller.tenant, idempotency_key, body_hash),
             tenant=caller.tenant,
             max_active=tenants.quota(caller.tenant).max_active_jobs,
         )

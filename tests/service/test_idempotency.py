@@ -126,6 +126,22 @@ def test_idempotency_key(client: TestClient, settings: Settings) -> None:
     assert client.post("/v1/jobs", json=body).json()["id"] != first.json()["id"]
 
 
+def test_a_retry_after_a_lost_response_finds_the_job_it_created(
+    client: TestClient, settings: Settings
+) -> None:
+    # The API died after queueing the job and before storing the response: the marker
+    # lapses, and the retry must find that job rather than queue a second one.
+    meta = upload(client)
+    body = {"dataset_id": meta["id"], "n_clusters": 2}
+    key = {"Idempotency-Key": "lost-response"}
+    first = client.post("/v1/jobs", json=body, headers=key).json()
+    store = redis.Redis.from_url(settings.redis_url)
+    store.delete(*store.keys(f"{settings.key_prefix}:idem:*"))
+    again = client.post("/v1/jobs", json=body, headers=key)
+    assert again.status_code == 202 and again.json()["id"] == first["id"]
+    assert client.get("/v1/jobs").json()["total"] == 1
+
+
 def test_defaults_spelt_out_are_the_same_body(client: TestClient) -> None:
     meta = upload(client)
     body = {"dataset_id": meta["id"], "n_clusters": 2}
