@@ -18,7 +18,11 @@ DEVICE_KINDS = ("auto", "cpu", "cuda")
 #: What a device may be, in words.
 DEVICE_HELP = "'auto' (CUDA when there is one), 'cpu', 'cuda' or 'cuda:N'"
 
-_CUDA_INDEX = re.compile(r"cuda:(\d+)")
+#: The spellings as a pattern of JSON Schema (ECMA-262), for the API's document; `[0-9]`,
+#: not `\d`, in both, which in Python would take any script's digits (`cuda:٣`).
+DEVICE_PATTERN = "^(auto|cpu|cuda|cuda:[0-9]+)$"
+
+_CUDA_INDEX = re.compile(r"cuda:([0-9]+)")
 
 
 def is_device_name(name: str) -> bool:

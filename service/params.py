@@ -37,7 +37,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from rbfkm_engine.device import DEVICE_HELP, DEVICE_KINDS, is_device_name
+from rbfkm_engine.device import DEVICE_HELP, DEVICE_KINDS, DEVICE_PATTERN, is_device_name
 from rbfkm_engine.params import (
     PARAMETER_CONSTRAINTS,
     ArrayLike,
@@ -157,7 +157,10 @@ def _json_type(constraint: Constraint) -> Any | None:
         return Literal[constraint.values]
     if isinstance(constraint, DeviceName):
         examples = [*DEVICE_KINDS, "cuda:1"]
-        return Annotated[str, AfterValidator(_check_device), Field(examples=examples)]
+        # The pattern for the document only: the validator's message is the friendlier one.
+        schema = {"pattern": DEVICE_PATTERN}
+        field = Field(examples=examples, json_schema_extra=schema)
+        return Annotated[str, AfterValidator(_check_device), field]
     if isinstance(constraint, ArrayLike):
         return list[list[float]]
     if isinstance(constraint, Boolean):

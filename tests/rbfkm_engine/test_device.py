@@ -3,12 +3,15 @@ against this machine (errors say which device was asked for)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from rbfkm_engine.device import (
     DEVICE_HELP,
     DEVICE_KINDS,
+    DEVICE_PATTERN,
     canonical_device,
     cuda_count,
     is_available,
@@ -29,6 +32,19 @@ def test_device_names(name: str) -> None:
 )
 def test_not_device_names(name: str) -> None:
     assert not is_device_name(name)
+
+
+@pytest.mark.parametrize("name", ("cuda:\u0663", "cuda:\uff11", "cuda:1\u0663"))
+def test_a_device_index_is_ascii_digits(name: str) -> None:
+    """Python's `\\d` takes any script's digits; JSON Schema's (the API's document) does not."""
+    assert not is_device_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", (*DEVICE_KINDS, "cuda:0", "cuda:15", "gpu", "cuda:", "cuda:x", "cuda:\u0663", "")
+)
+def test_the_documents_pattern_is_the_spelling_rule(name: str) -> None:
+    assert (re.search(DEVICE_PATTERN, name) is not None) == is_device_name(name)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from rbfkm_engine import RBFKMeans
+from rbfkm_engine.device import DEVICE_PATTERN
 from rbfkm_engine.params import PARAMETER_CONSTRAINTS, Interval, Options
 from service.params import (
     EXPOSED,
@@ -128,6 +129,15 @@ def test_a_misspelt_init_is_one_message_naming_init() -> None:
 def test_device_spellings_are_the_engines(device: str) -> None:
     with pytest.raises(ValidationError, match="'cuda:N'"):
         EngineParams(n_clusters=2, device=device)
+
+
+def test_the_document_states_the_device_spellings() -> None:
+    """The OpenAPI schema of `device` refuses what the API refuses (a pattern), while the
+    API's own message stays the one that names the spellings."""
+    schema = JobCreate.model_json_schema()["properties"]["device"]
+    assert schema["pattern"] == DEVICE_PATTERN
+    with pytest.raises(ValidationError, match="'cuda:N'"):
+        JobCreate(dataset_id="d", n_clusters=2, device="\u00ff9")
 
 
 def test_engine_params_is_what_the_worker_passes() -> None:
