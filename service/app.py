@@ -19,6 +19,7 @@ from service.datasets import DatasetStore
 from service.idempotency import IdempotencyStore
 from service.limits import BodyLimitMiddleware
 from service.metrics import HttpMetrics, MetricsMiddleware, QueueCollector
+from service.openapi import document_deployment
 from service.problems import install_problem_handlers
 from service.queue import JobQueue
 from service.results import ResultStore
@@ -98,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry))
     install_problem_handlers(app)
+    document_deployment(app, settings, app.state.keyring)
     app.include_router(datasets.router)
     app.include_router(jobs.router)
     app.include_router(health.router)

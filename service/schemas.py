@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from service.jobs import JobStatus
 from service.params import EngineFields, engine_fields, model_with
@@ -342,7 +342,14 @@ class SparseRows(BaseModel):
         }
     )
 
-    shape: tuple[int, int] = Field(description="Shape of the whole matrix (n_samples, k).")
+    # Two integers, said with `items` rather than the `prefixItems` a tuple gets: the same
+    # constraint, which tools reading `items` only (schemathesis 4, OpenAPI 3.0 ones) follow.
+    shape: Annotated[
+        tuple[int, int],
+        WithJsonSchema(
+            {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+        ),
+    ] = Field(description="Shape of the whole matrix (n_samples, k).")
     offset: int = Field(description="First row of this page.")
     limit: int
     indptr: list[int] = Field(description="Row pointers of this page (len = rows + 1).")

@@ -18,6 +18,7 @@ from service.deps import (
 )
 from service.quotas import check_storage
 from service.routes.bodies import DATASET_BODY, CsvHeader, Limit, Offset, problems, spool_body
+from service.routes.links import DATASET_LINKS
 from service.schemas import Dataset, DatasetList
 from service.uploads import NAME_MAX_LENGTH, media_type
 
@@ -43,7 +44,8 @@ router = APIRouter(
         "tenant over its quota of stored bytes gets a `429`."
     ),
     responses={
-        200: {"model": Dataset, "description": "Already stored"},
+        201: {"description": "Stored", "links": DATASET_LINKS},
+        200: {"model": Dataset, "description": "Already stored", "links": DATASET_LINKS},
         **problems(413, 415, 422, 429),
     },
     openapi_extra=DATASET_BODY,
@@ -91,7 +93,13 @@ def list_datasets(
 
 
 @router.get(
-    "/{dataset_id}", response_model=Dataset, summary="Get a dataset", responses=problems(404)
+    "/{dataset_id}",
+    response_model=Dataset,
+    summary="Get a dataset",
+    responses={
+        200: {"links": {k: DATASET_LINKS[k] for k in ("DeleteDataset", "CreateJob")}},
+        **problems(404),
+    },
 )
 def get_dataset(dataset: OwnedDataset) -> dict:
     return dataset

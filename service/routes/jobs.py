@@ -36,6 +36,7 @@ from service.routes.bodies import (
     problems,
     spool_body,
 )
+from service.routes.links import JOB_LINKS
 from service.schemas import (
     RESULT_PARTS,
     DeadLetterList,
@@ -128,7 +129,7 @@ def _check_against_dataset(
         "would exceed `RBFKM_MAX_JOB_BYTES` is a `422` that says what to change. A tenant "
         "with its quota of queued and running jobs gets a `429` with `Retry-After`."
     ),
-    responses=problems(409, 422, 429),
+    responses={202: {"links": JOB_LINKS}, **problems(409, 422, 429)},
 )
 def create_job(
     body: JobCreate,
@@ -220,7 +221,10 @@ def list_dead_letters(
     response_model=Job,
     summary="Poll a job",
     description="`Retry-After` (seconds) is set while the job is queued or running.",
-    responses=problems(404),
+    responses={
+        200: {"links": {k: v for k, v in JOB_LINKS.items() if k != "GetJob"}},
+        **problems(404),
+    },
 )
 def get_job(job: OwnedJob) -> JSONResponse:
     return JSONResponse(_job_body(job), headers=_job_headers(job))
@@ -249,7 +253,10 @@ def delete_job(job: OwnedJob, queue: Queue, results: Results) -> Response:
         "A queued job never runs; a running one stops at its next iteration. Canceling a "
         "finished job is a `409`."
     ),
-    responses=problems(404, 409),
+    responses={
+        200: {"links": {k: JOB_LINKS[k] for k in ("GetJob", "DeleteJob")}},
+        **problems(404, 409),
+    },
 )
 def cancel_job(job: OwnedJob, queue: Queue) -> JSONResponse:
     job_id = job["id"]

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.problems import ProblemError
-from service.schemas import DatasetInline, Job, JobCreate, Problem
+from service.schemas import DatasetInline, Job, JobCreate, Problem, SparseRows
 from service.settings import Settings
 
 #: A server whose jobs get 120 s unless they ask for up to 600 s.
@@ -154,6 +154,17 @@ def test_job_accepts_the_queue_shape_and_missing_progress() -> None:
     assert job.status == "queued"
     with pytest.raises(ValidationError):
         Job.model_validate({**job.model_dump(), "status": "paused"})
+
+
+def test_a_shape_is_two_integers_said_with_items() -> None:
+    # `prefixItems`, pydantic's spelling of a tuple, stopped schemathesis reading the
+    # assignments' schema ("Invalid Schema Object"): the same constraint with `items`.
+    shape = SparseRows.model_json_schema(mode="serialization")["properties"]["shape"]
+    assert "prefixItems" not in shape
+    assert (shape["items"], shape["minItems"], shape["maxItems"]) == ({"type": "integer"}, 2, 2)
+    assert SparseRows.model_validate(
+        {"shape": [3, 2], "offset": 0, "limit": 1, "indptr": [0], "indices": [], "values": []}
+    ).shape == (3, 2)
 
 
 def test_models_carry_openapi_examples() -> None:
