@@ -192,12 +192,13 @@ def test_supervised_workers_start_with_their_share_of_the_cores(
             pid = process.pid
             assert pid is not None
             share = threads.share_of_cores(cores, 2, index)
+            logged = wait_for(lambda pid=pid: _reported(capfd, seen, pid), 60, "the log line")
+            assert logged == share
+            # Read after the log line: before the spawn's exec, /proc shows the parent's.
             environ = _environ(pid)
             assert {name: environ.get(name) for name in threads.THREAD_ENV_VARS} == (
                 threads.thread_environment(share)
             )
-            logged = wait_for(lambda pid=pid: _reported(capfd, seen, pid), 60, "the log line")
-            assert logged == share
     assert {name: os.environ.get(name) for name in threads.THREAD_ENV_VARS} == before
 
 
@@ -212,9 +213,9 @@ def test_threads_per_worker_overrides_the_share(
     try:
         pid = process.pid
         assert pid is not None
-        assert _environ(pid)["OMP_NUM_THREADS"] == "3"
         seen: list[str] = []
         assert wait_for(lambda: _reported(capfd, seen, pid), 60, "the log line") == 3
+        assert _environ(pid)["OMP_NUM_THREADS"] == "3"  # the exec has happened by now
     finally:
         process.terminate()
         process.join(15)
