@@ -83,6 +83,27 @@ def test_compare_quick_prints_tables_and_ratios(tmp_path: Path) -> None:
     assert res["ratios"]["rbfkm-hard"]["faiss"]["t_iter"] > 0
 
 
+@pytest.mark.slow
+def test_compare_quick_on_a_real_set_prints_per_seed_wins_and_load(tmp_path: Path) -> None:
+    pytest.importorskip("PIL", reason="the photographs are decoded by pillow (the 'bench' extra)")
+    out = tmp_path / "bench.json"
+    args = ["--quick", "--threads", "1", "--only", "colours", "--seeds", "2", "--memory", "none"]
+    proc = _run([str(BENCH / "compare.py"), *args, "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout
+    for needle in ("=== colours-china-4000x3-k8", "load average (1 min)", "-- per seed vs"):
+        assert needle in text, f"{needle!r} missing from the output:\n{text}"
+    for method in ("rbfkm-hard", "rbfkm-softmax", "rbfkm-entmax15"):
+        assert f"   {method}: wins " in text and " of 2 seeds, worst ratio " in text
+    report = json.loads(out.read_text())
+    (res,) = report["datasets"].values()
+    assert len(res["quality_load"]["start"]) == 3 and len(res["quality_load"]["end"]) == 3
+    per_seed = res["per_seed"]["rbfkm-entmax15"]
+    assert [r["seed"] for r in per_seed["rows"]] == [0, 1]
+    assert per_seed["summary"]["seeds"] == 2
+    assert all(r["inertia_ratio"] > 0 and r["wall_ratio"] > 0 for r in per_seed["rows"])
+
+
 def test_evaluate_centroids_is_the_float64_nearest_centroid_inertia() -> None:
     import numpy as np
 
