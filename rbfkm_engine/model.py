@@ -85,7 +85,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         to ``ceil(log(cooling) / log(0.8))`` fixed-point iterations (1 at the default),
         fewer once the centres move less than ``tol``.
     max_iter : int, default=300
-        Fixed-point iterations in total, all temperatures and the final Lloyd phase together.
+        Fixed-point iterations in total: annealing, the Lloyd finish and the local search's
+        Lloyd phases together. Annealing may use at most 80% of them; the Lloyd finish
+        gets the rest and anything annealing left; the local search only what the finish
+        left, and it keeps a move only once its Lloyd phase has converged. So a fit ends
+        on a K-Means fixed point unless the Lloyd finish ran out, which ``converged_``
+        says and a ``ConvergenceWarning`` reports.
     tol : float, default=1e-4
         Convergence when the summed squared centre shift is below ``tol`` times the mean
         per-feature variance of the data (scikit-learn's convention).
@@ -121,6 +126,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         ``sigma, objective, inertia, iterations, mean_nnz``. A grown fit's hottest
         temperatures, where the first twin is advanced by the linearised map, have
         ``iterations = 0`` and the statistics of the collapsed centres.
+    converged_ : bool, whether the fit ended on a K-Means fixed point: its last Lloyd
+        phase moved the centres by less than ``tol`` (``False`` when ``max_iter`` ran out
+        or the callback stopped the fit before that; ``False`` for :meth:`from_centers`)
     stopped_early_ : bool, whether the fit callback stopped the fit
 
     Examples
@@ -397,6 +405,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.sigma_ = squared_in_data_units(float(best.sigma), scale)
         self.history_ = [unscaled_record(record, scale) for record in best.history]
         self.stopped_early_ = bool(best.stopped_early)
+        self.converged_ = bool(best.converged)
         distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters)))
         if distinct < self.n_clusters:
             warnings.warn(
@@ -445,6 +454,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         model.n_iter_ = 0
         model.history_ = []
         model.stopped_early_ = False
+        model.converged_ = False  # no fit: nothing has converged
         return model
 
     # ------------------------------------------------------------------ inference

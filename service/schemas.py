@@ -303,6 +303,7 @@ class JobResult(BaseModel):
                     "labels": [0, 0, 1],
                     "inertia": 1.25,
                     "n_iter": 42,
+                    "converged": True,
                     "sigma": 0.001,
                     "device": "cpu",
                     "history": [{"sigma": 2.0, "objective": 10.0, "inertia": 9.0}],
@@ -315,6 +316,12 @@ class JobResult(BaseModel):
     labels: list[int] | None = None
     inertia: float
     n_iter: int
+    converged: bool = Field(
+        default=True,
+        description="Whether the fit ended on a K-Means fixed point (its last Lloyd phase "
+        "moved the centres by less than `tol`); `false` when `max_iter` ran out first: "
+        "raise `max_iter` or `tol`.",
+    )
     sigma: float
     device: str | None = Field(
         default=None,

@@ -336,6 +336,7 @@ def get_result(
     body: dict[str, Any] = {
         "inertia": float(summary["inertia"]),
         "n_iter": int(summary["n_iter"]),
+        "converged": bool(summary.get("converged", True)),  # older results: not recorded
         "sigma": float(summary["sigma"]),
         "device": str(summary["device"]),
     }

@@ -328,6 +328,22 @@ def test_labels_equal_predict_and_lloyd_fixed_point(
     shift = float(((new_centers - m.cluster_centers_.astype(np.float64)) ** 2).sum())
     assert shift <= tol * mean_variance(X), f"one Lloyd step shifts the centres by {shift:.3g}"
     assert m.n_iter_ <= m.max_iter
+    assert m.converged_ is True
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_fit_that_runs_out_of_iterations_says_so(assignment: str) -> None:
+    # Two iterations cannot reach a fixed point from k-means++ or the annealing on
+    # overlapping blobs: the warning and converged_ tell, and one more Lloyd step would
+    # still move the centres by more than tol.
+    data = well_separated_blobs(n=2000, k=12, d=3, seed=4)
+    X = data.X + np.random.default_rng(0).normal(scale=3.0, size=data.X.shape)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        m = model(n_clusters=12, assignment=assignment, max_iter=2).fit(X)
+    assert m.converged_ is False
+    _, new_centers = lloyd_step(X, m.cluster_centers_)
+    shift = float(((new_centers - m.cluster_centers_.astype(np.float64)) ** 2).sum())
+    assert shift > 1e-4 * mean_variance(X)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -925,6 +941,7 @@ def test_callback_returning_true_stops_early(assignment: str, moons: Dataset) ->
     m = model(n_clusters=6, assignment=assignment, tol=1e-8)
     m.fit(moons.X, callback=stop_after_three)
     assert m.stopped_early_ is True
+    assert m.converged_ is False  # stopped in annealing or the Lloyd finish
     assert len(calls) == 3
     assert m.n_iter_ == 3 < full.n_iter_
     # Still a usable, fitted model.
@@ -1065,6 +1082,7 @@ def test_from_centers_round_trip(assignment: str, blobs: Dataset) -> None:
         atol=1e-6,
     )
     assert twin.n_features_in_ == blobs.X.shape[1]
+    assert twin.converged_ is False and twin.n_iter_ == 0
     assert twin.cluster_centers_.dtype == m.cluster_centers_.dtype
     np.testing.assert_allclose(twin.score(blobs.X), m.score(blobs.X), rtol=1e-6)
 

@@ -123,13 +123,24 @@ def test_result_equals_the_engine_run_directly(live: Live, fitted: dict) -> None
     polled = live.http.get(f"/v1/jobs/{job['id']}")
     assert "retry-after" not in polled.headers
     result = live.http.get(f"/v1/jobs/{job['id']}/result").json()
-    assert set(result) == {"centroids", "labels", "inertia", "n_iter", "sigma", "device", "history"}
+    assert set(result) == {
+        "centroids",
+        "labels",
+        "inertia",
+        "n_iter",
+        "converged",
+        "sigma",
+        "device",
+        "history",
+    }
+    assert result["converged"] is True
     assert result["device"] == "cpu"
     direct = RBFKMeans(n_clusters=3, random_state=0, device="cpu").fit(X)
     np.testing.assert_allclose(result["centroids"], direct.cluster_centers_, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(result["labels"], direct.labels_)
     assert result["inertia"] == pytest.approx(direct.inertia_, rel=1e-5)
     assert result["n_iter"] == direct.n_iter_
+    assert result["converged"] is direct.converged_
     assert result["sigma"] == pytest.approx(direct.sigma_, rel=1e-5)
     assert len(result["history"]) == len(direct.history_)
 
@@ -137,9 +148,9 @@ def test_result_equals_the_engine_run_directly(live: Live, fitted: dict) -> None
 def test_result_include_and_exclude(live: Live, fitted: dict) -> None:
     path = f"/v1/jobs/{fitted['job']['id']}/result"
     only = live.http.get(path, params={"include": "centroids"}).json()
-    assert set(only) == {"centroids", "inertia", "n_iter", "sigma", "device"}
+    assert set(only) == {"centroids", "inertia", "n_iter", "converged", "sigma", "device"}
     less = live.http.get(path, params=[("exclude", "labels"), ("exclude", "history")]).json()
-    assert set(less) == {"centroids", "inertia", "n_iter", "sigma", "device"}
+    assert set(less) == {"centroids", "inertia", "n_iter", "converged", "sigma", "device"}
     assert (
         "labels" in problem(live.http.get(path, params={"include": "labels,nope"}), 422)["detail"]
     )

@@ -388,3 +388,31 @@ def test_a_job_that_ran_out_of_time_says_so(
     assert "time limit" in result["detail"]
     dead = limited.get("/v1/jobs/dead-letters").json()["items"]
     assert dead[0]["job_id"] == job["id"] and "time limit" in dead[0]["error"]
+
+
+@pytest.mark.parametrize(("max_iter", "converged"), [(2, False), (300, True)])
+def test_the_result_says_whether_the_fit_converged(
+    client: TestClient,
+    queue: JobQueue,
+    settings: Settings,
+    max_iter: int,
+    converged: bool,
+) -> None:
+    # A real worker fits overlapping blobs: two iterations cannot reach a fixed point,
+    # three hundred do; the job succeeds either way and its result tells them apart.
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(3000, 3)).astype(np.float32) + rng.integers(0, 3, size=(3000, 1))
+    meta = upload(client, X)
+    body = {"dataset_id": meta["id"], "n_clusters": 12, "max_iter": max_iter}
+    job = client.post("/v1/jobs", json=body).json()
+    worker = Worker(
+        queue,
+        ResultStore(settings.data_dir),
+        dataset_loader(settings.data_dir),
+        device="cpu",
+        lock_dir=settings.data_dir,
+    )
+    assert worker.run_once(block_ms=500) == job["id"]
+    result = client.get(f"/v1/jobs/{job['id']}/result", params={"include": "history"})
+    assert result.status_code == 200, result.text
+    assert result.json()["converged"] is converged
