@@ -38,6 +38,18 @@ def _queued_job(client: TestClient) -> dict[str, Any]:
     return response.json()
 
 
+def _cpu_worker(queue: JobQueue, settings: Settings, **options: Any) -> Worker:
+    """A real worker on the CPU over the app's queue, results and datasets."""
+    return Worker(
+        queue,
+        ResultStore(settings.data_dir),
+        dataset_loader(settings.data_dir),
+        device="cpu",
+        lock_dir=settings.data_dir,
+        **options,
+    )
+
+
 def _running(queue: JobQueue) -> Claim:
     claim = queue.claim("w", block_ms=100)
     assert claim is not None
@@ -371,14 +383,7 @@ def test_a_job_that_ran_out_of_time_says_so(
     body = {"dataset_id": meta["id"], "n_clusters": 200, "max_runtime_s": 0.3}
     job = limited.post("/v1/jobs", json=body).json()
     queue = JobQueue.from_settings(redis_client, settings)
-    worker = Worker(
-        queue,
-        ResultStore(settings.data_dir),
-        dataset_loader(settings.data_dir),
-        device="cpu",
-        lock_dir=settings.data_dir,
-        max_runtime_cap_s=600.0,
-    )
+    worker = _cpu_worker(queue, settings, max_runtime_cap_s=600.0)
     assert worker.run_once(block_ms=500) == job["id"]
     polled = limited.get(f"/v1/jobs/{job['id']}").json()
     assert (polled["status"], polled["attempts"]) == ("failed", 1)
@@ -405,13 +410,7 @@ def test_the_result_says_whether_the_fit_converged(
     meta = upload(client, X)
     body = {"dataset_id": meta["id"], "n_clusters": 12, "max_iter": max_iter}
     job = client.post("/v1/jobs", json=body).json()
-    worker = Worker(
-        queue,
-        ResultStore(settings.data_dir),
-        dataset_loader(settings.data_dir),
-        device="cpu",
-        lock_dir=settings.data_dir,
-    )
+    worker = _cpu_worker(queue, settings)
     assert worker.run_once(block_ms=500) == job["id"]
     result = client.get(f"/v1/jobs/{job['id']}/result", params={"include": "history"})
     assert result.status_code == 200, result.text
