@@ -34,6 +34,7 @@ from .frame import (
 )
 from .init import kmeans_plusplus, random_init
 from .inputs import array_input, check_tensor, init_array, sample_weights
+from .parallel import BlockPool, cpu_threads
 from .params import ASSIGNMENTS, DTYPES, PARAMETER_CONSTRAINTS, validate_params
 from .passes import Workspace
 from .progress import Budget, Callback, Interrupt, StopCheck, interrupter
@@ -335,39 +336,41 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             iterations_per_temperature(float(self.cooling)),
             annealing_budget(int(self.max_iter)),
         )
-        chunk = self._chunk(Xt)
-        n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
-        best: SolverResult | None = None
-        iterations_done = 0
-        for run in range(n_init):
-            generator = torch.Generator(device=Xt.device)
-            generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-            C0 = None if grow else self._initial_centres(framed, w, generator, check)
-            budget = Budget(
-                int(self.max_iter),
-                unscaled_callback(callback, framed.scale),
-                offset=run / n_init,
-                scale=1.0 / n_init,
-                iteration_offset=iterations_done,
-            )
-            passes = Workspace(
-                Xt,
-                w,
-                self.n_clusters,
-                chunk,
-                framed.x_sq,
-                precision=self.matmul_precision,
-                check=check,
-            )
-            ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
-            result = solve(ctx, schedule, C0, cov)
-            iterations_done += result.n_iter
-            if best is None or result.inertia < best.inertia:
-                best = result
-            if result.stopped_early:
-                break
-        assert best is not None
-        return best
+        with BlockPool(cpu_threads(Xt.device)) as pool:
+            chunk = self._chunk(Xt)
+            n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
+            best: SolverResult | None = None
+            iterations_done = 0
+            for run in range(n_init):
+                generator = torch.Generator(device=Xt.device)
+                generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
+                C0 = None if grow else self._initial_centres(framed, w, generator, check)
+                budget = Budget(
+                    int(self.max_iter),
+                    unscaled_callback(callback, framed.scale),
+                    offset=run / n_init,
+                    scale=1.0 / n_init,
+                    iteration_offset=iterations_done,
+                )
+                passes = Workspace(
+                    Xt,
+                    w,
+                    self.n_clusters,
+                    chunk,
+                    framed.x_sq,
+                    precision=self.matmul_precision,
+                    check=check,
+                    pool=pool,
+                )
+                ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
+                result = solve(ctx, schedule, C0, cov)
+                iterations_done += result.n_iter
+                if best is None or result.inertia < best.inertia:
+                    best = result
+                if result.stopped_early:
+                    break
+            assert best is not None
+            return best
 
     def _store(
         self,

@@ -17,7 +17,9 @@ writes labels any other way, so they always belong to the labels they sit next t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 
@@ -27,8 +29,11 @@ from .blocks import iter_chunks
 from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
 from .nearest import nearest
+from .parallel import BlockPool
 from .progress import Interrupt, IterationStats, interrupter
 from .reseed import farthest_first
+
+T = TypeVar("T")
 
 #: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
 ROW_REDUCTION_WIDTH = 16
@@ -40,6 +45,8 @@ class Workspace:
     ``C`` may hold more rows than ``n_clusters`` while annealing (a centre's twins); the
     stored ``labels`` and ``min_dist`` are those of the last pass, whatever its centres.
     ``check``: the fit's stop check, called before every block (none: never stops).
+    ``pool``: the threads the blocks of the main passes (soft, hard, nearest two) are
+    spread over (see :mod:`~rbfkm_engine.parallel`); none: one block after another.
     """
 
     def __init__(
@@ -51,6 +58,7 @@ class Workspace:
         x_sq: torch.Tensor | None = None,
         precision: str = "highest",
         check: Interrupt | None = None,
+        pool: BlockPool | None = None,
     ) -> None:
         self.X = X
         # The fit's stop check (:func:`~rbfkm_engine.progress.interrupter`), called before
@@ -58,7 +66,8 @@ class Workspace:
         self.check = interrupter(None) if check is None else check
         self.w = sample_weight
         self.k = n_clusters
-        self.chunk_size = chunk_size
+        self.pool = BlockPool(1) if pool is None else pool
+        self.chunk_size = self.pool.block_rows(X.shape[0], chunk_size)
         self.x_sq = squared_norms(X) if x_sq is None else x_sq
         self.min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
         self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
@@ -73,11 +82,10 @@ class Workspace:
         # Lloyd's sums (R^T W X, R^T w) of ``labels``, in float64, kept between hard passes;
         # None whenever ``labels`` were written by anything but a hard pass.
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
-        # The distance block and the argmin keys' block, reused by every pass (see
-        # ``_reused_block``), and the layout whose padding the distance block holds (see
-        # ``_padded_distances``).
-        self._blocks: dict[str, torch.Tensor] = {}
-        self._padded_as: tuple[int, int, int] | None = None
+        # Per thread: the distance block and the argmin keys' block, reused by every pass
+        # (see ``_reused_block``), and the layout whose padding the distance block holds
+        # (see ``padded_distances``).
+        self._local = threading.local()
 
     @property
     def fast_products(self) -> bool:
@@ -91,6 +99,25 @@ class Workspace:
         for rows in iter_chunks(self.X.shape[0], self.chunk_size):
             self.check()
             yield rows
+
+    def map_blocks(self, fn: Callable[[slice], T]) -> list[T]:
+        """``fn`` of every row block, in block order, spread over the pool's threads; the
+        fit's ``check`` is called before each. ``fn`` may write its own rows of the
+        per-row state (``labels``, ``min_dist``) and nothing else that is shared."""
+
+        def checked(rows: slice) -> T:
+            self.check()
+            return fn(rows)
+
+        return self.pool.map(checked, list(iter_chunks(self.X.shape[0], self.chunk_size)))
+
+    @property
+    def _blocks(self) -> dict[str, torch.Tensor]:
+        """This thread's reused blocks."""
+        blocks = getattr(self._local, "blocks", None)
+        if blocks is None:
+            blocks = self._local.blocks = {}
+        return blocks
 
     def weights(self, rows: slice) -> torch.Tensor | None:
         """The block's sample weights (``None``: all 1)."""
@@ -120,7 +147,7 @@ class Workspace:
 
         The block is overwritten by the next call: use it before asking for another.
         """
-        self._padded_as = None
+        self._local.padded_as = None
         out = self._reused_block("distances", rows.stop - rows.start, C.shape[0], C.dtype)
         if with_norms:
             return squared_distances(self.X[rows], C, self.x_sq[rows], c_sq, out=out)
@@ -139,11 +166,11 @@ class Workspace:
             return self.distances(rows, C, c_sq)
         block = self._reused_block("distances", rows.stop - rows.start, width, C.dtype)
         layout = (block.data_ptr(), width, k)
-        if self._padded_as != layout:
+        if getattr(self._local, "padded_as", None) != layout:
             capacity = self._blocks["distances"].numel() // width
             whole = self._blocks["distances"][: capacity * width].view(capacity, width)
             whole[:, k:] = float("inf")
-            self._padded_as = layout
+            self._local.padded_as = layout
         torch.addmm(c_sq, self.X[rows], C.T, alpha=-2.0, out=block[:, :k])
         return block
 
@@ -178,9 +205,9 @@ class Workspace:
         if (assignment == "hard" or sigma <= 0.0) and not need_spread:
             return self._hard_step(C, warm)
         self._hard_sums = None
-        sums = _SoftSums(C)
         c_sq = squared_norms(C).unsqueeze(0)
-        for rows in self.chunks():
+
+        def block(rows: slice) -> _SoftSums:
             D = self.distances(rows, C, c_sq)
             e = responsibilities(
                 D,
@@ -193,7 +220,11 @@ class Workspace:
             )
             self.min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
-            sums.add(self, rows, D, e, twins_from, need_spread)
+            part = _SoftSums(C)
+            part.add(self, rows, D, e, twins_from, need_spread)
+            return part
+
+        sums = _SoftSums.total(self.map_blocks(block))
         return sums.num, sums.den, sums.stats(self.X.shape[0])
 
     def _hard_step(
@@ -235,21 +266,29 @@ class Workspace:
         incremental: bool,
     ) -> torch.Tensor:
         """The CPU's hard pass, block by cache-sized block, hinted by the last labels;
-        adds to the sums and returns the inertia (a float64 tensor)."""
-        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        adds to the sums and returns the inertia (a float64 tensor). Each block's share of
+        the sums is its own, added in block order."""
         c_sq = squared_norms(C).unsqueeze(0)
-        for rows in self.chunks():
+
+        def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             D = self.padded_distances(rows, C, c_sq)
             old = self.labels[rows] if warm else None
             min_dist, labels = self._nearest(rows, D, old)
             self.min_dist[rows] = min_dist
             wc = self.weights(rows)
-            inertia += weighted_sum(min_dist, wc)
+            part_num, part_den = torch.zeros_like(num), torch.zeros_like(den)
             if incremental:
-                _move_points(num, den, self.X[rows], wc, old, labels)
+                _move_points(part_num, part_den, self.X[rows], wc, old, labels)
             else:
-                _add_points(num, den, self.X[rows], wc, labels)
+                _add_points(part_num, part_den, self.X[rows], wc, labels)
             self.labels[rows] = labels
+            return weighted_sum(min_dist, wc), part_num, part_den
+
+        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
+        for part_inertia, part_num, part_den in self.map_blocks(block):
+            inertia += part_inertia
+            num += part_num
+            den += part_den
         return inertia
 
     def _whole_hard_pass(
@@ -310,14 +349,15 @@ class Workspace:
             self._nearest_everywhere(C, exact=True)
             return float(weighted_sum(self.min_dist, self.w))
         c_sq = squared_norms(C).unsqueeze(0)
-        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
-        for rows in self.chunks():
+
+        def block(rows: slice) -> torch.Tensor:
             D = self.padded_distances(rows, C, c_sq)
             min_dist, labels = self._nearest(rows, D, None)
             self.min_dist[rows] = min_dist
             self.labels[rows] = labels
-            inertia += weighted_sum(min_dist, self.weights(rows))
-        return float(inertia)
+            return weighted_sum(min_dist, self.weights(rows))
+
+        return _ordered_sum(self.map_blocks(block), C.device)
 
     def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
         """Hard E-step at ``C`` that also returns each point's second-nearest squared
@@ -325,16 +365,17 @@ class Workspace:
         self._hard_sums = None
         c_sq = squared_norms(C).unsqueeze(0)
         second = torch.empty_like(self.min_dist)
-        inertia = torch.zeros((), dtype=torch.float64, device=C.device)
-        for rows in self.chunks():
+
+        def block(rows: slice) -> torch.Tensor:
             D = self.padded_distances(rows, C, c_sq)
             values, labels = torch.topk(D, 2, dim=1, largest=False)
             values.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
             self.min_dist[rows] = values[:, 0]
             second[rows] = values[:, 1]
             self.labels[rows] = labels[:, 0]
-            inertia += weighted_sum(values[:, 0], self.weights(rows))
-        return second, float(inertia)
+            return weighted_sum(values[:, 0], self.weights(rows))
+
+        return second, _ordered_sum(self.map_blocks(block), C.device)
 
     def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Copies of ``labels`` and ``min_dist``, for :meth:`restore`."""
@@ -392,6 +433,21 @@ class _SoftSums:
         if spread:
             accumulate_spread(self.spread, D, ws.x_sq[rows], e, wc)
 
+    @staticmethod
+    def total(parts: list[_SoftSums]) -> _SoftSums:
+        """The sums of a pass from its blocks' (added in block order)."""
+        sums = parts[0]
+        for part in parts[1:]:
+            sums.num += part.num
+            sums.den += part.den
+            sums.spread += part.spread
+            sums.objective += part.objective
+            sums.inertia += part.inertia
+            sums.nnz += part.nnz
+            sums.n_soft += part.n_soft
+            sums.soft_weight += part.soft_weight
+        return sums
+
     def stats(self, n: int) -> IterationStats:
         return IterationStats(
             objective=float(self.objective),
@@ -401,6 +457,14 @@ class _SoftSums:
             soft_weight=self.soft_weight,
             spread=self.spread,
         )
+
+
+def _ordered_sum(parts: list[torch.Tensor], device: torch.device) -> float:
+    """The float64 sum of the blocks' partial sums, in block order."""
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for part in parts:
+        total += part
+    return float(total)
 
 
 def _add_points(
