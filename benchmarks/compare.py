@@ -742,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
             report["datasets"][ds.name] = res
             print_dataset(common, ds, res, args)
             sys.stdout.flush()
+            if args.json:  # after each data set: a long run cut short keeps what it measured
+                write_report(args.json, report)
     report["targets"] = print_targets(checks, args.quick)
     info["loadavg_end"] = list(os.getloadavg())
     info["elapsed_s"] = time.perf_counter() - started
@@ -750,10 +752,17 @@ def main(argv: list[str] | None = None) -> int:
         f"(1 min), {info['loadavg_end'][1]:.2f} (5 min) on {info['cpu_count']} cores"
     )
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1, default=_jsonable))
+        write_report(args.json, report)
         print(f"wrote {args.json}")
     del limiter
     return 0
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """All figures so far as JSON, replacing ``path`` whole (a reader never sees half)."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(report, indent=1, default=_jsonable))
+    part.replace(path)
 
 
 def progress(name: str, part: str, started: float) -> None:

@@ -3,12 +3,14 @@ and the one-line skip of a real set whose package is absent."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,3 +105,11 @@ def test_compare_skips_a_set_whose_package_is_absent(tmp_path: Path) -> None:
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("skipped")]
     assert line == "skipped colours: needs pillow (the 'bench' extra)"
     assert "=== digits-1797x64-k10" in proc.stdout
+
+
+def test_write_report_replaces_the_file_whole(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    out.write_text("old")
+    compare.write_report(out, {"datasets": {"x": {"inertia": np.float64(1.5)}}})
+    assert json.loads(out.read_text()) == {"datasets": {"x": {"inertia": 1.5}}}
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]
