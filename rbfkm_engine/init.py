@@ -13,6 +13,7 @@ import torch
 
 from .blocks import chunk_size_for, iter_chunks
 from .distances import squared_distances, squared_norms
+from .parallel import BlockPool
 from .progress import Interrupt
 
 
@@ -39,13 +40,24 @@ def _uniform(n: int, generator: torch.Generator | None, device: torch.device) ->
 
 
 def _min_distances_to(
-    X: torch.Tensor, x_sq: torch.Tensor, centres: torch.Tensor, chunk_size: int
+    X: torch.Tensor,
+    x_sq: torch.Tensor,
+    centres: torch.Tensor,
+    chunk_size: int,
+    pool: BlockPool,
+    closest: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``(n, c)`` squared distances from every point to each of ``c`` candidate centres."""
+    """``(n, c)`` squared distances from every point to each of ``c`` candidate centres,
+    each at most the point's ``closest`` distance so far when given."""
     out = torch.empty((X.shape[0], centres.shape[0]), dtype=X.dtype, device=X.device)
     c_sq = squared_norms(centres)
-    for rows in iter_chunks(X.shape[0], chunk_size):
-        out[rows] = squared_distances(X[rows], centres, x_sq[rows], c_sq)
+
+    def block(rows: slice) -> None:
+        squared_distances(X[rows], centres, x_sq[rows], c_sq, out=out[rows])
+        if closest is not None:
+            torch.minimum(out[rows], closest[rows].unsqueeze(1), out=out[rows])
+
+    pool.map(block, list(iter_chunks(X.shape[0], pool.block_rows(X.shape[0], chunk_size))))
     return out
 
 
@@ -58,13 +70,15 @@ def kmeans_plusplus(
     n_local_trials: int | None = None,
     x_sq: torch.Tensor | None = None,
     check: Interrupt | None = None,
+    pool: BlockPool | None = None,
 ) -> torch.Tensor:
     """Greedy k-means++ seeding; returns ``(n_clusters, d)`` centres (copies of points).
 
     Each of the ``n_clusters`` steps prices its candidates against every point, so
     ``check`` (the fit's stop check, :func:`~rbfkm_engine.progress.interrupter`) runs
-    before each step.
+    before each step. ``pool``: the threads the distance blocks are spread over.
     """
+    pool = BlockPool(1) if pool is None else pool
     n = X.shape[0]
     if x_sq is None:
         x_sq = squared_norms(X)
@@ -79,7 +93,7 @@ def kmeans_plusplus(
     centres = torch.empty((n_clusters, X.shape[1]), dtype=X.dtype, device=X.device)
     first = int(sample_proportional(w, 1, generator))
     centres[0] = X[first]
-    closest = _min_distances_to(X, x_sq, centres[:1], chunk).squeeze(1)
+    closest = _min_distances_to(X, x_sq, centres[:1], chunk, pool).squeeze(1)
     potential = float((w * closest).sum())
     for c in range(1, n_clusters):
         if check is not None:
@@ -90,8 +104,7 @@ def kmeans_plusplus(
             candidates = sample_proportional(w, n_local_trials, generator)
         else:
             candidates = sample_proportional(weights, n_local_trials, generator)
-        cand_dist = _min_distances_to(X, x_sq, X[candidates], chunk)
-        torch.minimum(cand_dist, closest.unsqueeze(1), out=cand_dist)
+        cand_dist = _min_distances_to(X, x_sq, X[candidates], chunk, pool, closest)
         cand_potential = (w.unsqueeze(1) * cand_dist).sum(dim=0)
         best = int(torch.argmin(cand_potential))
         centres[c] = X[candidates[best]]

@@ -233,6 +233,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w: torch.Tensor | None,
         generator: torch.Generator,
         check: Interrupt,
+        pool: BlockPool,
     ) -> torch.Tensor:
         """Initial centres in the fit's frame (an ``init`` array is scaled, then its
         origin subtracted)."""
@@ -246,6 +247,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     generator=generator,
                     x_sq=x_sq,
                     check=check,
+                    pool=pool,
                 )
             return random_init(X, self.n_clusters, sample_weight=w, generator=generator)
         C = init_array(self.init, self.n_clusters, X.shape[1], X.device)
@@ -344,7 +346,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             for run in range(n_init):
                 generator = torch.Generator(device=Xt.device)
                 generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-                C0 = None if grow else self._initial_centres(framed, w, generator, check)
+                C0 = None if grow else self._initial_centres(framed, w, generator, check, pool)
                 budget = Budget(
                     int(self.max_iter),
                     unscaled_callback(callback, framed.scale),

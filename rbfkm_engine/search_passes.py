@@ -31,15 +31,15 @@ def captured_means(ws: Workspace, P: torch.Tensor) -> torch.Tensor:
     priced at the point itself would hardly ever pay.
     """
     p_sq = squared_norms(P)
-    num = torch.zeros_like(P)
-    den = torch.zeros(P.shape[0], dtype=P.dtype, device=P.device)
-    for rows in ws.chunks():
+
+    def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         dp = ws.distances(rows, P, p_sq, with_norms=True)
         taken = (dp < ws.min_dist[rows].unsqueeze(1)).to(P.dtype)
         if ws.w is not None:
             taken.mul_(ws.w[rows].unsqueeze(1))
-        num.addmm_(taken.T, ws.X[rows])
-        den.add_(taken.sum(dim=0))
+        return taken.T @ ws.X[rows], taken.sum(dim=0)
+
+    num, den = _added(ws.map_blocks(block))
     return torch.where((den > 0).unsqueeze(1), num / den.clamp_min(1e-300).unsqueeze(1), P)
 
 
@@ -47,14 +47,13 @@ def swap_costs_of(ws: Workspace, P: torch.Tensor, second: torch.Tensor) -> torch
     """``(k, B)`` inertia after replacing centre ``j`` by candidate centre ``P[b]``, at the
     labels and distances of the last ``two_nearest`` (see :mod:`~rbfkm_engine.swaps`)."""
     p_sq = squared_norms(P)
-    base = torch.zeros(P.shape[0], dtype=torch.float64, device=P.device)
-    delta = torch.zeros((ws.k, P.shape[0]), dtype=torch.float64, device=P.device)
-    for rows in ws.chunks():
+
+    def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         dp = ws.distances(rows, P, p_sq, with_norms=True)
         wc = ws.weights(rows)
-        b, d = swap_costs(ws.min_dist[rows], second[rows], ws.labels[rows], wc, dp, ws.k)
-        base += b
-        delta += d
+        return swap_costs(ws.min_dist[rows], second[rows], ws.labels[rows], wc, dp, ws.k)
+
+    base, delta = _added(ws.map_blocks(block))
     return delta + base.unsqueeze(0)
 
 
@@ -64,16 +63,18 @@ def slot_means(
     """(Weighted) means and weights of the points by slot, ``slot_of(rows)`` giving the
     slots of a block; an empty slot keeps its row of ``fallback`` (one per slot)."""
     n_slots = fallback.shape[0]
-    num = torch.zeros_like(fallback)
-    mass = torch.zeros(n_slots, dtype=fallback.dtype, device=fallback.device)
-    for rows in ws.chunks():
+
+    def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         slot = slot_of(rows)
+        num = torch.zeros_like(fallback)
         if ws.w is None:
             num.index_add_(0, slot, ws.X[rows])
-            mass += torch.bincount(slot, minlength=n_slots).to(mass.dtype)
-        else:
-            num.index_add_(0, slot, ws.X[rows] * ws.w[rows].unsqueeze(1))
-            mass.index_add_(0, slot, ws.w[rows])
+            return num, torch.bincount(slot, minlength=n_slots).to(fallback.dtype)
+        mass = torch.zeros(n_slots, dtype=fallback.dtype, device=fallback.device)
+        num.index_add_(0, slot, ws.X[rows] * ws.w[rows].unsqueeze(1))
+        return num, mass.index_add_(0, slot, ws.w[rows])
+
+    num, mass = _added(ws.map_blocks(block))
     means = num / mass.clamp_min(1e-30).unsqueeze(1)
     return torch.where((mass > 0).unsqueeze(1), means, fallback), mass
 
@@ -95,13 +96,15 @@ def hartigan_moves(
     :func:`~rbfkm_engine.swaps.hartigan_targets`.
     """
     c_sq = squared_norms(means)
-    moved = 0
-    for rows in ws.chunks():
+
+    def block(rows: slice) -> int:
         D = ws.distances(rows, means, c_sq, with_norms=True)
         new = hartigan_targets(D, labels[rows], mass, ws.weights(rows))
-        moved += int((new != labels[rows]).sum())
+        moved = int((new != labels[rows]).sum())
         labels[rows] = new
-    return moved
+        return moved
+
+    return sum(ws.map_blocks(block))
 
 
 def cluster_halves(
@@ -143,19 +146,33 @@ def _principal_axes(ws: Workspace, C: torch.Tensor, axis: torch.Tensor) -> torch
     for _ in range(SPLIT_POWER_ITERATIONS):
         # scatter_c v = sum_i w_i (x_i - c) (x_i - c) . v over the cluster's points
         axis = axis / axis.norm(dim=1, keepdim=True).clamp_min(1e-30)
-        along = torch.zeros_like(C)  # sum_i w_i x_i (x_i - c) . v
-        weight_along = torch.zeros(k, dtype=C.dtype, device=C.device)
         c_along = (C * axis).sum(dim=1)
-        for rows in ws.chunks():
+
+        def block(
+            rows: slice, axis: torch.Tensor = axis, c_along: torch.Tensor = c_along
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             lab = ws.labels[rows]
             proj = _own_projection(ws, rows, axis).sub_(c_along[lab])
             if ws.w is not None:
                 proj.mul_(ws.w[rows])
-            along.index_add_(0, lab, ws.X[rows] * proj.unsqueeze(1))
-            weight_along.index_add_(0, lab, proj)
+            along = torch.zeros_like(C).index_add_(0, lab, ws.X[rows] * proj.unsqueeze(1))
+            weight = torch.zeros(k, dtype=C.dtype, device=C.device).index_add_(0, lab, proj)
+            return along, weight
+
+        # sum_i w_i x_i (x_i - c) . v and sum_i w_i (x_i - c) . v, per cluster
+        along, weight_along = _added(ws.map_blocks(block))
         scatter = along - C * weight_along.unsqueeze(1)
         axis = torch.where(scatter.norm(dim=1, keepdim=True) > 0, scatter, axis)
     return axis
+
+
+def _added(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The blocks' pairs of partial sums added, in block order."""
+    first, second = parts[0]
+    for a, b in parts[1:]:
+        first = first + a
+        second = second + b
+    return first, second
 
 
 def _own_projection(ws: Workspace, rows: slice, V: torch.Tensor) -> torch.Tensor:
