@@ -46,19 +46,25 @@ def _min_distances_to(
     chunk_size: int,
     pool: BlockPool,
     closest: torch.Tensor | None = None,
-) -> torch.Tensor:
+    w: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(n, c)`` squared distances from every point to each of ``c`` candidate centres,
-    each at most the point's ``closest`` distance so far when given."""
+    each at most the point's ``closest`` distance so far when given; and the potential
+    each candidate would leave, ``sum_i w_i out_ic`` (blocks added in order)."""
     out = torch.empty((X.shape[0], centres.shape[0]), dtype=X.dtype, device=X.device)
     c_sq = squared_norms(centres)
 
-    def block(rows: slice) -> None:
-        squared_distances(X[rows], centres, x_sq[rows], c_sq, out=out[rows])
+    def block(rows: slice) -> torch.Tensor:
+        D = squared_distances(X[rows], centres, x_sq[rows], c_sq, out=out[rows])
         if closest is not None:
-            torch.minimum(out[rows], closest[rows].unsqueeze(1), out=out[rows])
+            torch.minimum(D, closest[rows].unsqueeze(1), out=D)
+        return (D if w is None else w[rows].unsqueeze(1) * D).sum(dim=0)
 
-    pool.map(block, list(iter_chunks(X.shape[0], pool.block_rows(X.shape[0], chunk_size))))
-    return out
+    parts = pool.map(block, list(iter_chunks(X.shape[0], pool.block_rows(X.shape[0], chunk_size))))
+    potential = parts[0]
+    for part in parts[1:]:
+        potential = potential + part
+    return out, potential
 
 
 def kmeans_plusplus(
@@ -93,7 +99,7 @@ def kmeans_plusplus(
     centres = torch.empty((n_clusters, X.shape[1]), dtype=X.dtype, device=X.device)
     first = int(sample_proportional(w, 1, generator))
     centres[0] = X[first]
-    closest = _min_distances_to(X, x_sq, centres[:1], chunk, pool).squeeze(1)
+    closest = _min_distances_to(X, x_sq, centres[:1], chunk, pool)[0].squeeze(1)
     potential = float((w * closest).sum())
     for c in range(1, n_clusters):
         if check is not None:
@@ -104,8 +110,9 @@ def kmeans_plusplus(
             candidates = sample_proportional(w, n_local_trials, generator)
         else:
             candidates = sample_proportional(weights, n_local_trials, generator)
-        cand_dist = _min_distances_to(X, x_sq, X[candidates], chunk, pool, closest)
-        cand_potential = (w.unsqueeze(1) * cand_dist).sum(dim=0)
+        cand_dist, cand_potential = _min_distances_to(
+            X, x_sq, X[candidates], chunk, pool, closest, w
+        )
         best = int(torch.argmin(cand_potential))
         centres[c] = X[candidates[best]]
         closest = cand_dist[:, best].clone()
