@@ -3,12 +3,12 @@ setting a worker's thread pools to it.
 
 torch, OpenMP, MKL and OpenBLAS size their pools to every core they see, and they see the
 machine's cores, not a container's CPU quota. Workers whose fits run at the same time then
-ask together for several times the cores there are, and an oversubscribed fit is slowed far
-more than its share: each iteration runs a few hundred parallel torch ops, and every op
-ends at a barrier that waits for whichever of its threads the scheduler has preempted
-(benchmarks/README.md, "Oversubscription"). So each worker gets its share of the usable
-cores (:func:`usable_cores`): the affinity mask, bounded by the cgroup (v2 or v1) CPU
-quota. ``RBFKM_THREADS_PER_WORKER`` overrides the share.
+ask together for several times the cores there are: they take turns on them, and whatever
+still parallelises op by op (numpy's BLAS, the engine's ops outside its block-parallel
+passes) waits at barriers for preempted threads (benchmarks/README.md,
+"Oversubscription"). So each worker gets its share of the usable cores
+(:func:`usable_cores`): the affinity mask, bounded by the cgroup (v2 or v1) CPU quota.
+``RBFKM_THREADS_PER_WORKER`` overrides the share.
 
 The supervisor (:func:`service.worker.spawn_workers`) starts each worker with the thread
 variables of the native pools in its environment (:func:`thread_environment`,
