@@ -61,8 +61,8 @@ def _min_distances_to(
         return (D if w is None else w[rows].unsqueeze(1) * D).sum(dim=0)
 
     parts = pool.map(block, list(iter_chunks(X.shape[0], pool.block_rows(X.shape[0], chunk_size))))
-    potential = parts[0]
-    for part in parts[1:]:
+    potential = next(parts)
+    for part in parts:
         potential = potential + part
     return out, potential
 

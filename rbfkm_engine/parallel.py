@@ -14,8 +14,9 @@ on its own and the shares are added in block order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import torch
@@ -43,17 +44,33 @@ class BlockPool:
                 self.threads, thread_name_prefix="rbfkm-block", initializer=_single_threaded
             )
 
-    def map(self, fn: Callable[[slice], T], blocks: Sequence[slice]) -> list[T]:
-        """``[fn(block) for block in blocks]``, in block order; an exception raised for any
-        block is raised here once every block has finished or not started."""
+    def map(self, fn: Callable[[slice], T], blocks: Sequence[slice]) -> Iterator[T]:
+        """``fn(block)`` of every block, yielded in block order. At most two blocks per
+        thread are started ahead of the one yielded, so a pass holds a few blocks' results
+        at a time, not all of them. An exception raised for a block is raised here; the
+        blocks not started then are not."""
         if self._executor is None or len(blocks) < 2:
-            return [fn(block) for block in blocks]
-        futures = [self._executor.submit(fn, block) for block in blocks]
+            yield from (fn(block) for block in blocks)
+            return
+        pending: deque[Future[T]] = deque()
+        ahead = iter(blocks)
         try:
-            return [future.result() for future in futures]
+            for block in ahead:
+                pending.append(self._executor.submit(fn, block))
+                if len(pending) >= 2 * self.threads:
+                    break
+            while pending:
+                result = pending.popleft().result()
+                for block in ahead:
+                    pending.append(self._executor.submit(fn, block))
+                    break
+                yield result
         finally:
-            for future in futures:
+            for future in pending:
                 future.cancel()
+            for future in pending:
+                if not future.cancelled():
+                    future.exception()  # a block still running ends before the pass does
 
     def block_rows(self, n: int, chunk_size: int) -> int:
         """Rows per block for ``n`` rows: at most ``chunk_size``, and small enough that

@@ -100,10 +100,11 @@ class Workspace:
             self.check()
             yield rows
 
-    def map_blocks(self, fn: Callable[[slice], T]) -> list[T]:
-        """``fn`` of every row block, in block order, spread over the pool's threads; the
-        fit's ``check`` is called before each. ``fn`` may write its own rows of the
-        per-row state (``labels``, ``min_dist``) and nothing else that is shared."""
+    def map_blocks(self, fn: Callable[[slice], T]) -> Iterator[T]:
+        """``fn`` of every row block, yielded in block order, spread over the pool's
+        threads (a few blocks ahead); the fit's ``check`` is called before each. ``fn``
+        may write its own rows of the per-row state (``labels``, ``min_dist``) and nothing
+        else that is shared."""
 
         def checked(rows: slice) -> T:
             self.check()
@@ -434,10 +435,10 @@ class _SoftSums:
             accumulate_spread(self.spread, D, ws.x_sq[rows], e, wc)
 
     @staticmethod
-    def total(parts: list[_SoftSums]) -> _SoftSums:
+    def total(parts: Iterator[_SoftSums]) -> _SoftSums:
         """The sums of a pass from its blocks' (added in block order)."""
-        sums = parts[0]
-        for part in parts[1:]:
+        sums = next(parts)
+        for part in parts:
             sums.num += part.num
             sums.den += part.den
             sums.spread += part.spread
@@ -459,7 +460,7 @@ class _SoftSums:
         )
 
 
-def _ordered_sum(parts: list[torch.Tensor], device: torch.device) -> float:
+def _ordered_sum(parts: Iterator[torch.Tensor], device: torch.device) -> float:
     """The float64 sum of the blocks' partial sums, in block order."""
     total = torch.zeros((), dtype=torch.float64, device=device)
     for part in parts:

@@ -8,7 +8,7 @@ second-nearest distances they read); the per-block math lives in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -166,10 +166,12 @@ def _principal_axes(ws: Workspace, C: torch.Tensor, axis: torch.Tensor) -> torch
     return axis
 
 
-def _added(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+def _added(
+    parts: Iterator[tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The blocks' pairs of partial sums added, in block order."""
-    first, second = parts[0]
-    for a, b in parts[1:]:
+    first, second = next(parts)
+    for a, b in parts:
         first = first + a
         second = second + b
     return first, second

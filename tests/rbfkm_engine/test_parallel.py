@@ -32,7 +32,7 @@ def test_map_keeps_the_block_order_and_uses_the_threads() -> None:
 
     blocks = [slice(i, i + 1) for i in range(6)]
     with BlockPool(2) as pool:
-        assert pool.map(fn, blocks) == list(range(6))
+        assert list(pool.map(fn, blocks)) == list(range(6))
     assert len(seen) == 2 and threading.get_ident() not in seen
 
 
@@ -43,13 +43,13 @@ def test_an_error_in_a_block_is_raised_by_map() -> None:
         return rows.start
 
     with BlockPool(2) as pool, pytest.raises(KeyError, match="block 3"):
-        pool.map(fn, [slice(i, i + 1) for i in range(6)])
+        list(pool.map(fn, [slice(i, i + 1) for i in range(6)]))
 
 
 def test_one_thread_runs_inline() -> None:
     with BlockPool(1) as pool:
         assert (
-            pool.map(lambda rows: threading.get_ident(), [slice(0, 1), slice(1, 2)])
+            list(pool.map(lambda rows: threading.get_ident(), [slice(0, 1), slice(1, 2)]))
             == [threading.get_ident()] * 2
         )
 
@@ -117,3 +117,23 @@ def test_a_fit_on_two_threads_equals_one_thread(assignment: str) -> None:
     np.testing.assert_array_equal(one.labels_, two.labels_)
     np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
     assert one.inertia_ == two.inertia_ and one.history_ == two.history_
+
+
+def test_map_runs_at_most_two_blocks_per_thread_ahead() -> None:
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def fn(rows: slice) -> int:
+        with lock:
+            started.append(rows.start)
+        return rows.start
+
+    with BlockPool(2) as pool:
+        results = pool.map(fn, [slice(i, i + 1) for i in range(20)])
+        assert next(results) == 0
+        # the first block's result is out: at most 2 x 2 blocks were submitted, one more
+        # after it was taken
+        with lock:
+            assert len(started) <= 5
+        assert list(results) == list(range(1, 20))
+    assert sorted(started) == list(range(20))
