@@ -6,7 +6,9 @@ the data are far from the origin), a few vectors per point (squared norms, neare
 distances, labels), the blocked passes' buffers (:mod:`~rbfkm_engine.blocks`; twice as
 many columns while annealing, when every centre has a twin), the centres and their sums,
 the local search's per-centre arrays, and the covariance when it is formed
-(:func:`covariance_fits`). Imports no torch: the service's API process uses it.
+(:func:`covariance_fits`). On several CPU threads every thread holds its own blocks and a
+pass holds the M-step shares of a few blocks at a time (:mod:`~rbfkm_engine.parallel`).
+Imports no torch: the service's API process uses it.
 """
 
 from __future__ import annotations
@@ -69,12 +71,18 @@ def fit_memory(
     assignment: str = "entmax15",
     dtype: str = "float32",
     device: str = "cpu",
+    threads: int = 1,
 ) -> FitMemory:
     """An upper bound of the memory ``RBFKMeans(n_clusters, assignment=..., dtype=...,
     device=...).fit(X)`` allocates on its device for ``X`` of shape ``(n_samples,
     n_features)``, beyond ``X`` itself and the libraries. Every map is bounded alike: hard
-    fits skip annealing but the bound does not count on it."""
+    fits skip annealing but the bound does not count on it. ``threads``: the fit's CPU
+    threads (``torch.get_num_threads()``)."""
     n, d, k = n_samples, n_features, n_clusters
+    # The pool's threads and the caller's each hold blocks; the shares of up to two blocks
+    # per thread wait to be added (see parallel.BlockPool.map).
+    holders = 1 if threads <= 1 or device != "cpu" else threads + 1
+    shares = 0 if holders == 1 else 2 * threads
     item = _ITEMSIZE[dtype]
     columns = 2 * k + 16  # centres and twins while annealing; Lloyd pads to 16 columns
     rows = min(n, default_chunk_rows(k, d, item, device))
@@ -82,8 +90,9 @@ def fit_memory(
     return FitMemory(
         data=2 * n * d * item,  # converted to the compute dtype, then centred
         points=n * (3 * item + 2 * 8),  # norms, distances, saved distances; two label arrays
-        blocks=(_BLOCK_BUFFERS * columns + _ROW_BUFFERS * d) * rows * item,
-        centres=_CENTRE_ARRAYS * k * d * 8 + 2 * min(k * k, _PAIRWISE_ENTRIES) * 8 * annealed,
+        blocks=(_BLOCK_BUFFERS * columns + _ROW_BUFFERS * d) * rows * item * holders,
+        centres=(_CENTRE_ARRAYS + shares) * k * d * 8
+        + 2 * min(k * k, _PAIRWISE_ENTRIES) * 8 * annealed,
         covariance=_eigen_bytes(n, d) if annealed else 0,
     )
 

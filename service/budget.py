@@ -40,24 +40,28 @@ class JobMemory:
         return self.fit.total + self.dataset + self.result
 
 
-def job_memory(n_samples: int, n_features: int, itemsize: int, params: Any) -> JobMemory:
+def job_memory(
+    n_samples: int, n_features: int, itemsize: int, params: Any, threads: int = 1
+) -> JobMemory:
     """The memory a job with these engine ``params`` (a mapping with ``n_clusters`` and
-    ``assignment``) takes on a dataset of this shape and item size."""
+    ``assignment``) takes on a dataset of this shape and item size, on a worker fitting on
+    ``threads`` CPU threads."""
     k, assignment = int(params["n_clusters"]), str(params.get("assignment", "entmax15"))
     per_row = k if assignment == "softmax" else min(k, _SPARSE_NONZEROS)
     return JobMemory(
-        fit=fit_memory(n_samples, n_features, k, assignment=assignment),
+        fit=fit_memory(n_samples, n_features, k, assignment=assignment, threads=threads),
         dataset=n_samples * n_features * itemsize,
         result=n_samples * (8 + 8 + per_row * _NONZERO_BYTES),  # labels, indptr, nonzeros
     )
 
 
-def check_job_memory(meta: dict[str, Any], params: Any, budget: int) -> JobMemory:
-    """The job's memory, or :class:`~service.errors.JobTooLarge` naming what to change
-    when it is over the worker ``budget`` (bytes)."""
+def check_job_memory(meta: dict[str, Any], params: Any, budget: int, threads: int = 1) -> JobMemory:
+    """The job's memory on a worker of ``threads`` CPU threads, or
+    :class:`~service.errors.JobTooLarge` naming what to change when it is over the worker
+    ``budget`` (bytes)."""
     itemsize = 8 if meta.get("dtype") == "float64" else 4
     n, d = int(meta["n_samples"]), int(meta["n_features"])
-    need = job_memory(n, d, itemsize, params)
+    need = job_memory(n, d, itemsize, params, threads)
     if need.total > budget:
         raise JobTooLarge(
             f"this job needs about {need.total / _GIB:.3g} GiB on a worker (n_samples={n}, "

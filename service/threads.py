@@ -176,6 +176,12 @@ def worker_threads(override: int | None, workers: int, index: int, cores: int | 
     return share_of_cores(cores if cores is not None else usable_cores(), workers, index)
 
 
+def most_worker_threads(override: int | None) -> int:
+    """The most CPU threads a worker on this machine fits on: ``override``
+    (``RBFKM_THREADS_PER_WORKER``) when set, else every usable core (a worker alone)."""
+    return max(1, override) if override is not None else usable_cores()
+
+
 def thread_environment(threads: int) -> dict[str, str]:
     """The environment that sizes every native pool of a process to ``threads``."""
     return dict.fromkeys(THREAD_ENV_VARS, str(threads))

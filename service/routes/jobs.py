@@ -47,7 +47,9 @@ from service.schemas import (
     Prediction,
     SparseRows,
 )
+from service.settings import Settings
 from service.tenants import Caller
+from service.threads import most_worker_threads
 from service.uploads import media_type, parsed_upload
 
 router = APIRouter(
@@ -84,7 +86,7 @@ def _job_headers(job: dict[str, Any]) -> dict[str, str]:
 
 
 def _check_against_dataset(
-    body: JobCreate, params: dict[str, Any], datasets: Any, max_job_bytes: int, caller: Caller
+    body: JobCreate, params: dict[str, Any], datasets: Any, settings: Settings, caller: Caller
 ) -> None:
     """Parameters that only make sense for this dataset: one the caller may see, k <= n,
     init width = d, and a job that fits a worker's memory."""
@@ -113,7 +115,8 @@ def _check_against_dataset(
             kind="validation",
             errors=[("body.init", f"rows must have {d} values")],
         )
-    check_job_memory(meta, params, max_job_bytes)
+    threads = most_worker_threads(settings.threads_per_worker)
+    check_job_memory(meta, params, settings.max_job_bytes, threads)
 
 
 @router.post(
@@ -156,7 +159,7 @@ def create_job(
             return JSONResponse(stored.body, status_code=stored.status, headers=stored.headers)
     try:
         params = body.params(settings)
-        _check_against_dataset(body, params, datasets, settings.max_job_bytes, caller)
+        _check_against_dataset(body, params, datasets, settings, caller)
         job = queue.submit(
             body.dataset_id,
             params,

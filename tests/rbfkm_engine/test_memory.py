@@ -69,3 +69,13 @@ def test_a_fits_peak_memory_stays_under_the_bound(args: tuple) -> None:
     ).stdout
     grown, bound = (int(value) for value in out.split())
     assert grown <= bound, (grown / 2**20, bound / 2**20)
+
+
+def test_threads_hold_their_own_blocks_and_shares() -> None:
+    one = fit_memory(100_000, 16, 64)
+    four = fit_memory(100_000, 16, 64, threads=4)
+    assert four.blocks == 5 * one.blocks  # four pool threads and the caller's
+    assert four.centres > one.centres
+    assert fit_memory(100_000, 16, 64, threads=4, device="cuda") == fit_memory(
+        100_000, 16, 64, device="cuda"
+    )

@@ -219,3 +219,9 @@ def test_threads_per_worker_overrides_the_share(
     finally:
         process.terminate()
         process.join(15)
+
+
+def test_the_most_threads_of_a_worker() -> None:
+    assert threads.most_worker_threads(3) == 3
+    assert threads.most_worker_threads(0) == 1
+    assert threads.most_worker_threads(None) == threads.usable_cores()
