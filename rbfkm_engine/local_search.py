@@ -2,10 +2,16 @@
 
 Annealing follows the data's hierarchy of splits; on overlapping clusters of uneven size
 that hierarchy can leave one centre too many in one region and one too few in another.
-Three searches run in turn (pricing math in :mod:`~rbfkm_engine.swaps`, passes in
-:mod:`~rbfkm_engine.search_passes`):
+On a continuum (pixels' colours, image patches) with many centres the imbalance is
+systematic: a cluster splits once the temperature falls below its own critical one, set by
+its spread and not by its mass, so the annealing hands out centres for equal extents,
+while K-Means' optimum gives dense regions smaller cells (at many centres every cell holds
+about the same share of the inertia). Four searches run in turn (pricing math in
+:mod:`~rbfkm_engine.swaps`, passes in :mod:`~rbfkm_engine.search_passes`):
 
-- split-merges: delete a centre and split a cluster in two by 2-means;
+- rebalancing: batches of disjoint split-merges, each priced to pay on its own, with one
+  Lloyd phase per batch: tens of centres move across the data at the price of one move;
+- split-merges one at a time: delete a centre and split a cluster in two by 2-means;
 - one batch of Hartigan moves (every point that would lower the objective by moving);
 - centre swaps: a candidate drawn by squared distance, moved to the mean of the points it
   would take, replaces the centre whose replacement lowers the inertia most.
@@ -32,11 +38,13 @@ from .search_passes import (
 )
 from .swaps import (
     HARTIGAN_ROUNDS,
+    REBALANCE_SHARE,
     SPLIT_MERGE_TRIALS,
     SWAP_CANDIDATES,
     SWAP_MIN_GAIN,
     SWAP_PATIENCE,
     SWAP_TRIALS,
+    disjoint_split_merges,
     ranked_split_merges,
     removal_costs,
     split_gain,
@@ -55,13 +63,14 @@ class FixedPoint:
 
 
 def refine(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
-    """Split-merges, then Hartigan moves, then swaps from the Lloyd fixed point ``C``;
-    returns the best fixed point reached."""
+    """Batched split-merges, split-merges, then Hartigan moves, then swaps from the Lloyd
+    fixed point ``C``; returns the best fixed point reached."""
     if ctx.passes.k < 2:
         return C
     second, inertia = ctx.passes.two_nearest(C)
     best = FixedPoint(C, second, inertia)
-    kept = split_merges(ctx, best)
+    kept = rebalance(ctx, best)
+    kept += split_merges(ctx, best)
     kept += hartigan(ctx, best)
     kept += swaps(ctx, best)
     ctx.say("moves kept={} inertia={:.6g}", kept, best.inertia)
@@ -90,6 +99,38 @@ def settle(ctx: FitContext, best: FixedPoint, trial: torch.Tensor) -> tuple[bool
     del ctx.history[records:]
     ws.restore(saved)
     return False, converged or abandoned
+
+
+def rebalance(ctx: FitContext, best: FixedPoint) -> int:
+    """Batches of disjoint split-merge moves, each followed by one Lloyd phase; returns
+    how many moves were kept.
+
+    A batch holds up to ``REBALANCE_SHARE`` of the centres' moves, each priced to pay on
+    its own (:func:`~rbfkm_engine.swaps.disjoint_split_merges`); the prices ignore the
+    moves' interactions, so a batch that ends worse is halved and tried again, down to
+    two moves. Without moves that pay at once, the one-by-one search takes over.
+    """
+    ws = ctx.passes
+    batch = int(REBALANCE_SHARE * ws.k)
+    kept_moves = 0
+    while batch >= 2 and not ctx.budget.exhausted:
+        halves, mass = cluster_halves(ws, best.centres, ctx.generator)
+        costs = removal_costs(ws.min_dist, best.second, ws.labels, ws.w, ws.k)
+        moves = disjoint_split_merges(split_gain(mass, halves), costs, batch)
+        if len(moves) < 2:
+            break
+        trial = best.centres.clone()
+        for j, c in moves:
+            trial[c], trial[j] = halves[c, 0], halves[c, 1]
+        kept, go_on = settle(ctx, best, trial)
+        ctx.say("rebalance moves={} kept={} inertia={:.6g}", len(moves), kept, best.inertia)
+        if kept:
+            kept_moves += len(moves)
+        else:
+            batch = len(moves) // 2
+        if not go_on:
+            break
+    return kept_moves
 
 
 def split_merges(ctx: FitContext, best: FixedPoint) -> int:

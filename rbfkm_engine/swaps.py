@@ -77,6 +77,9 @@ SWAP_MIN_GAIN = 1e-5
 SPLIT_MERGE_TRIALS = 2
 #: :func:`ranked_split_merges` prices every pair of clusters up to this many (32 MB).
 PAIRWISE_SCORES_MAX_K = 2048
+#: A batch of split-merge moves (:func:`disjoint_split_merges`) moves at most this share of
+#: the ``k`` centres; batches of fewer than two moves are left to the one-by-one search.
+REBALANCE_SHARE = 1 / 8
 #: Power iterations for each cluster's principal axis, then 2-means iterations.
 SPLIT_POWER_ITERATIONS = 3
 SPLIT_TWO_MEANS_ITERATIONS = 3
@@ -178,6 +181,28 @@ def ranked_split_merges(
         for f in flat.tolist()
         if score.flatten()[f] > -math.inf
     ]
+
+
+def disjoint_split_merges(
+    gain: torch.Tensor, removal: torch.Tensor, n_moves: int
+) -> list[tuple[int, int]]:
+    """Up to ``n_moves`` split-merge moves ``(j, c)``, no cluster in two of them, each
+    priced to pay on its own (``gain[c] > removal[j]``): the cheapest deletions paired in
+    turn with the best splits still free."""
+    splits = iter(torch.argsort(gain, descending=True).tolist())
+    used: set[int] = set()
+    moves: list[tuple[int, int]] = []
+    for j in torch.argsort(removal).tolist():
+        if len(moves) >= n_moves:
+            break
+        if j in used:
+            continue
+        c = next((c for c in splits if c not in used and c != j), None)
+        if c is None or not float(gain[c]) > float(removal[j]):
+            break
+        used.update((j, c))
+        moves.append((j, c))
+    return moves
 
 
 def hartigan_targets(

@@ -12,7 +12,7 @@ import torch
 from rbfkm_engine import RBFKMeans
 from rbfkm_engine.context import FitContext
 from rbfkm_engine.lloyd import lloyd
-from rbfkm_engine.local_search import FixedPoint, hartigan, refine, split_merges
+from rbfkm_engine.local_search import FixedPoint, hartigan, rebalance, refine, split_merges
 
 from .conftest import blob_tensor, make_context
 
@@ -197,3 +197,42 @@ def test_a_hartigan_trial_not_kept_restores_the_labels_of_the_centres() -> None:
     expected = ctx.passes.labels.clone()
     assert hartigan(ctx, best) == 0 and best.centres is C
     torch.testing.assert_close(ctx.passes.labels, expected)
+
+
+def two_densities_fixed_point() -> tuple[FitContext, FixedPoint]:
+    """Lloyd fixed point of 32 centres on two unit squares, 16 each, one square holding
+    eight times the other's points (K-Means' optimum gives the dense one about 24)."""
+    rng = np.random.default_rng(0)
+    dense, sparse = rng.random((4000, 2)), rng.random((500, 2)) + 3.0
+    X = torch.as_tensor(np.concatenate([dense, sparse]))
+    grid = (np.stack(np.meshgrid(np.arange(4), np.arange(4)), -1).reshape(-1, 2) + 0.5) / 4
+    C0 = torch.as_tensor(np.concatenate([grid, grid + 3.0]))
+    ctx = make_context(X, 32, tol=1e-10, max_iter=300, chunk_size=1024)
+    C, converged = lloyd(ctx, C0)
+    assert converged
+    ctx.history.clear()
+    second, inertia = ctx.passes.two_nearest(C)
+    return ctx, FixedPoint(C, second, inertia)
+
+
+def test_rebalance_moves_centres_to_the_denser_region_in_batches() -> None:
+    ctx, best = two_densities_fixed_point()
+    stuck = best.inertia
+    kept = rebalance(ctx, best)
+    in_dense = int((best.centres[:, 0] < 2.0).sum())
+    assert kept >= 2 and in_dense >= 16 + kept // 2
+    assert best.inertia < 0.9 * stuck
+    # Fewer Lloyd phases than moves: each batch settles with one.
+    assert 1 <= len(ctx.history) < kept
+    assert ctx.passes.hard_labels(best.centres) == pytest.approx(best.inertia, rel=1e-9)
+
+
+def test_rebalance_keeps_only_batches_that_end_better() -> None:
+    ctx, best = two_densities_fixed_point()
+    rebalance(ctx, best)
+    centres, inertia, records = best.centres.clone(), best.inertia, len(ctx.history)
+    again = rebalance(ctx, best)
+    assert best.inertia <= inertia
+    if again == 0:
+        torch.testing.assert_close(best.centres, centres)
+        assert len(ctx.history) == records  # a batch not kept leaves no record

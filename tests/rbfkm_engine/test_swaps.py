@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rbfkm_engine import swaps
 from rbfkm_engine.swaps import (
+    disjoint_split_merges,
     hartigan_targets,
     ranked_split_merges,
     removal_costs,
@@ -127,6 +128,34 @@ def test_ranked_split_merges_pairs_the_best_split_with_the_cheapest_deletion() -
     # score[j, c] = gain[c] - removal[j] for j != c; a cluster with no gain never splits
     assert moves == [(0, 2), (1, 2), (2, 0), (1, 0)]
     assert len(ranked_split_merges(torch.tensor([0.0, 0.0]), torch.tensor([1.0, 1.0]), 3)) == 0
+
+
+def test_disjoint_split_merges_pair_the_cheapest_deletions_with_the_best_free_splits() -> None:
+    gain = torch.tensor([5.0, 0.0, 9.0, 1.0, 4.0, 3.0], dtype=torch.float64)
+    removal = torch.tensor([1.0, 2.0, 0.5, 7.0, 0.1, 2.5], dtype=torch.float64)
+    # Deletions by cost: 4, 2, 0, 1, ...; splits by gain: 2, 0, 4, 5, 3, 1. Deleting 4
+    # pairs with splitting 2; 2 is then taken, so 0 comes next and pairs with 5 (0 is
+    # itself, 4 is taken); 1 would pair with 3, whose gain 1.0 is below its cost 2.0.
+    assert disjoint_split_merges(gain, removal, 10) == [(4, 2), (0, 5)]
+    assert disjoint_split_merges(gain, removal, 1) == [(4, 2)]
+    assert disjoint_split_merges(gain, removal, 0) == []
+
+
+@given(seed=st.integers(0, 2**16), k=st.integers(2, 40), n_moves=st.integers(0, 25))
+def test_disjoint_split_merges_use_each_cluster_once_and_each_move_pays(
+    seed: int, k: int, n_moves: int
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    gain = torch.rand(k, generator=g, dtype=torch.float64)
+    removal = torch.rand(k, generator=g, dtype=torch.float64)
+    moves = disjoint_split_merges(gain, removal, n_moves)
+    assert len(moves) <= n_moves
+    clusters = [i for move in moves for i in move]
+    assert len(clusters) == len(set(clusters))
+    assert all(gain[c] > removal[j] for j, c in moves)
+    # Greedy: the deletions are the cheapest ones, in order.
+    deleted = [j for j, _ in moves]
+    assert deleted == sorted(deleted, key=lambda j: float(removal[j]))
 
 
 @given(
