@@ -29,7 +29,7 @@ Data sets (``--sets``, or keys in ``--only``, which override it):
   ``make_hard_dataset``, defined in ``SYNTHETIC_SETS`` below);
 - ``real``: digits and the real sets of ``realdata.py`` (pixels and patches of the
   photographs that scikit-learn and scikit-image ship; nothing is downloaded): colours,
-  colours256, patches, patches1024, unitpatches. A set whose package (pillow,
+  colours256, patches, patches1024, colours4096, unitpatches. A set whose package (pillow,
   scikit-image: the ``bench`` extra) is absent is skipped with one line;
 - ``all``: both.
 

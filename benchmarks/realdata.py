@@ -246,6 +246,13 @@ REAL_SETS: dict[str, RealSet] = {
         requires=("skimage", "PIL"),
         summary="8x8 grey photo patches 10000 x 64, k 1024",
     ),
+    "colours4096": RealSet(
+        colours_dataset,
+        full={"k": 4096, "photo": "china.jpg", "max_rows": 200_000, "max_quality_seeds": 2},
+        quick={"k": 64, "photo": "china.jpg", "max_rows": 4000},
+        requires=("PIL",),
+        summary="RGB pixels of china.jpg 200000 x 3, k 4096",
+    ),
     "unitpatches": RealSet(
         unit_patches_dataset,
         full={"k": 128},
