@@ -11,6 +11,18 @@
 docs/layer.md describes them.
 """
 
+from .dec import dec_loss, dec_target
+from .ema import CentroidEMA
 from .layer import Clustering, RBFKMeansLayer
+from .losses import commitment_loss, entropy, free_energy
 
-__all__ = ["Clustering", "RBFKMeansLayer"]
+__all__ = [
+    "CentroidEMA",
+    "Clustering",
+    "RBFKMeansLayer",
+    "commitment_loss",
+    "dec_loss",
+    "dec_target",
+    "entropy",
+    "free_energy",
+]
