@@ -15,12 +15,16 @@ from .dec import dec_loss, dec_target
 from .ema import CentroidEMA
 from .layer import Clustering, RBFKMeansLayer
 from .losses import commitment_loss, entropy, free_energy
+from .schedule import SigmaScheduler, auto_sigma_min, critical_sigma
 
 __all__ = [
     "CentroidEMA",
     "Clustering",
     "RBFKMeansLayer",
+    "SigmaScheduler",
+    "auto_sigma_min",
     "commitment_loss",
+    "critical_sigma",
     "dec_loss",
     "dec_target",
     "entropy",
