@@ -122,10 +122,15 @@ class RBFKMeansLayer(nn.Module):
         return dissimilarities(x, c, self.metric)
 
     def cluster(self, x: torch.Tensor) -> Clustering:
-        """The forward pass with what the losses need (see :class:`Clustering`)."""
+        """The forward pass with what the losses need (see :class:`Clustering`).
+
+        Autocast is off inside: its half-precision products would undo the float32
+        accumulation (the distances' expansion cancels digits).
+        """
         x, c = self._compute_inputs(x)
-        c = iterate(x, c, self.n_iter, lambda c_: self._respond(x, c_)[0], self.metric)
-        r, e = self._respond(x, c)
+        with torch.autocast(x.device.type, enabled=False):
+            c = iterate(x, c, self.n_iter, lambda c_: self._respond(x, c_)[0], self.metric)
+            r, e = self._respond(x, c)
         return Clustering(r, e, c)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
