@@ -1,4 +1,5 @@
-"""RBFKMeansLayer: shapes, the simplex, gradients (gradcheck in float64), training, state."""
+"""RBFKMeansLayer: shapes, the simplex, modes, gradients (gradcheck in float64), training,
+state, zero-temperature limits."""
 
 from __future__ import annotations
 
@@ -11,6 +12,21 @@ from torch.func import functional_call
 from rbfkm_engine import RBFKMeansLayer
 
 MAPS = ("softmax", "entmax15")
+#: Every mode of the layer: map, kernel, metric, fixed-point iterations.
+MODES = (
+    {"assignment": "softmax"},
+    {"assignment": "entmax15"},
+    {"assignment": "hard"},
+    {"assignment": "hard_st"},
+    {"assignment": "softmax", "kernel": "student_t", "alpha": 2.0},
+    {"assignment": "entmax15", "kernel": "student_t"},
+    {"assignment": "softmax", "metric": "cosine"},
+    {"assignment": "entmax15", "metric": "cosine"},
+    {"assignment": "softmax", "n_iter": 2},
+    {"assignment": "entmax15", "n_iter": 2},
+    {"assignment": "hard", "n_iter": 2},
+    {"assignment": "hard_st", "n_iter": 2},
+)
 
 
 def layer_inputs(n: int = 6, d: int = 3, k: int = 4, seed: int = 0) -> torch.Tensor:
@@ -191,6 +207,11 @@ def test_fixed_sigma_is_in_state_dict() -> None:
         ({"assignment": "sparsemax"}, "assignment"),
         ({"sigma": 0.0}, "sigma"),
         ({"sigma": -1.0}, "sigma"),
+        ({"metric": "manhattan"}, "metric"),
+        ({"kernel": "laplace"}, "kernel"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"n_iter": -1}, "n_iter"),
+        ({"n_iter": 1.5}, "n_iter"),
     ],
 )
 def test_layer_parameter_validation(kwargs: dict[str, object], name: str) -> None:
@@ -218,3 +239,107 @@ def test_from_estimator_matches_soft_assign(assignment: str) -> None:
     torch.testing.assert_close(layer(X), expected, atol=1e-6, rtol=1e-6)
     c = centroid_parameter(layer, 3, 2).detach()
     np.testing.assert_allclose(c.numpy(), est.cluster_centers_, rtol=1e-6)
+
+
+def mode_id(mode: dict[str, object]) -> str:
+    return "-".join(f"{v}" for v in mode.values())
+
+
+@pytest.mark.parametrize("mode", MODES, ids=mode_id)
+def test_every_mode_state_dict_round_trip(mode: dict[str, object]) -> None:
+    torch.manual_seed(12)
+    layer = RBFKMeansLayer(4, 3, sigma=0.6, learnable_sigma=True, **mode)
+    twin = RBFKMeansLayer(4, 3, sigma=2.0, learnable_sigma=True, **mode)
+    twin.load_state_dict(layer.state_dict())
+    x = torch.randn(3, 10, 3)
+    torch.testing.assert_close(twin(x), layer(x))
+    assert set(layer.state_dict()) == {"centroids", "log_sigma"}
+
+
+@pytest.mark.parametrize("mode", MODES, ids=mode_id)
+def test_every_mode_batched_matches_unbatched(mode: dict[str, object]) -> None:
+    torch.manual_seed(13)
+    layer = RBFKMeansLayer(4, 3, sigma=0.8, **mode).double()
+    x = torch.randn(3, 10, 3, dtype=torch.float64)
+    out = layer(x)
+    assert out.shape == (3, 10, 4)
+    for b in range(3):
+        torch.testing.assert_close(out[b], layer(x[b]))
+
+
+def _engine_labels(X: np.ndarray, metric: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A fitted engine's centres and its labels, on the unit vectors for ``"cosine"``."""
+    from rbfkm_engine import RBFKMeans
+
+    if metric == "cosine":
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    est = RBFKMeans(n_clusters=k, assignment="hard", device="cpu", random_state=0).fit(X)
+    return est.cluster_centers_, est.predict(X)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+@pytest.mark.parametrize("mode", [m for m in MODES if "n_iter" not in m], ids=mode_id)
+def test_zero_temperature_limit_is_kmeans_assignment(
+    mode: dict[str, object], dtype: torch.dtype
+) -> None:
+    # At a vanishing temperature every mode's rows are one-hot on the K-Means label.
+    gen = torch.Generator().manual_seed(14)
+    X = (torch.randn(300, 3, generator=gen, dtype=torch.float64) + 2.0).numpy()
+    centres, labels = _engine_labels(X, str(mode.get("metric", "euclidean")), 5)
+    layer = RBFKMeansLayer(5, 3, sigma=1e-30, **mode).to(dtype)
+    with torch.no_grad():
+        layer.centroids.copy_(torch.from_numpy(centres))
+    out = layer(torch.from_numpy(X).to(dtype))
+    expected = torch.nn.functional.one_hot(torch.from_numpy(labels), 5).to(dtype)
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
+def _support_is_stable(layer: RBFKMeansLayer, x: torch.Tensor) -> bool:
+    """No entmax15 score within a margin of its threshold (gradcheck's steps stay smooth)."""
+    from rbfkm_engine.nn.kernels import dissimilarities, energies
+
+    d = dissimilarities(x.detach(), layer.centroids.detach(), layer.metric)
+    z = -energies(d, layer.kernel, layer.alpha) / float(layer.sigma.detach())
+    return _entmax_support_is_stable(z)
+
+
+class _Iterated(torch.nn.Module):
+    """A layer's iterated centres as a module's output (for ``functional_call``)."""
+
+    def __init__(self, layer: RBFKMeansLayer) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer.cluster(x).centroids
+
+
+def _checked_modes() -> list[dict[str, object]]:
+    """hard_st's gradient is the softmax's by design (test_maps.py checks it); a hard
+    layer's rows have none (checked below), its iterated centres, Lloyd's means, do."""
+    return [m for m in MODES if m["assignment"] == "hard_st" or m == {"assignment": "hard"}]
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if m not in _checked_modes()], ids=mode_id)
+def test_gradcheck_every_mode(mode: dict[str, object]) -> None:
+    k, d = 3, 2
+    torch.manual_seed(15)
+    layer = RBFKMeansLayer(k, d, sigma=0.5, learnable_sigma=True, **mode).double()
+    x = layer_inputs(n=6, d=d, seed=16).requires_grad_(True)
+    if mode["assignment"] == "entmax15" and "n_iter" not in mode:
+        assert _support_is_stable(layer, x), "test points sit on a support boundary"
+    module = _Iterated(layer) if mode["assignment"] == "hard" else layer
+    names = [name for name, p in module.named_parameters() if name.endswith("centroids")]
+    if mode["assignment"] != "hard":
+        names = [name for name, _ in module.named_parameters()]
+    params = tuple(module.get_parameter(n).detach().clone().requires_grad_(True) for n in names)
+
+    def forward(x_: torch.Tensor, *ps: torch.Tensor) -> torch.Tensor:
+        return functional_call(module, dict(zip(names, ps, strict=True)), (x_,))
+
+    assert torch.autograd.gradcheck(forward, (x, *params), eps=1e-6, atol=1e-5)
+
+
+def test_hard_rows_have_no_gradient() -> None:
+    layer = RBFKMeansLayer(3, 2, assignment="hard", learnable_sigma=True)
+    assert not layer(torch.randn(5, 2, requires_grad=True)).requires_grad
