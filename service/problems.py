@@ -32,6 +32,7 @@ from service.errors import (
     InvalidDataset,
     InvalidIdempotencyKey,
     JobTooLarge,
+    NotAcceptable,
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
@@ -75,6 +76,7 @@ class _Problem(NamedTuple):
 _DOMAIN: dict[type[ServiceError], _Problem] = {
     InvalidDataset: _Problem(422, "invalid-dataset"),
     UnsupportedMediaType: _Problem(415, "unsupported-media-type"),
+    NotAcceptable: _Problem(406, "not-acceptable"),
     BodyTooLarge: _Problem(413, "payload-too-large"),
     DatasetNotFound: _Problem(404, "dataset-not-found"),
     ResultNotFound: _Problem(
