@@ -30,14 +30,10 @@ import pyarrow as pa
 import pyarrow.ipc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
+from rbfkm_client.media import ARROW_STREAM, PARQUET
 
 from service.errors import NotAcceptable
-from service.uploads import PARQUET
 
-#: An Arrow IPC stream (the streaming format, not the random-access file format).
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
-#: The media types a result table is sent as.
-TABLE_TYPES: tuple[str, ...] = (PARQUET, ARROW_STREAM)
 #: The schema metadata key under which a table carries the fit's scalars (JSON).
 METADATA_KEY = b"rbfkm"
 

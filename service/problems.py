@@ -18,6 +18,7 @@ import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from rbfkm_client.media import PROBLEM_JSON
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
@@ -43,7 +44,6 @@ from service.logs import OutageLog
 
 logger = logging.getLogger(__name__)
 
-PROBLEM_JSON = "application/problem+json"
 _TYPE_PREFIX = "urn:rbfkm:problem:"
 
 #: Seconds a client should wait before asking again, on every `Retry-After` the API sends:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import scipy.sparse as sp
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
+from rbfkm_client.media import ARROW_STREAM, JSON, NPZ, PARQUET, TABLE_TYPES
 from starlette.concurrency import run_in_threadpool
 
 from service.budget import check_job_memory
@@ -26,8 +27,6 @@ from service.deps import (
     require_caller,
 )
 from service.formats import (
-    ARROW_STREAM,
-    TABLE_TYPES,
     assignments_table,
     centroids_table,
     encode,
@@ -61,7 +60,7 @@ from service.schemas import (
 from service.settings import Settings
 from service.tenants import Caller
 from service.threads import most_worker_threads
-from service.uploads import JSON, PARQUET, media_type, parsed_upload
+from service.uploads import media_type, parsed_upload
 
 router = APIRouter(
     prefix="/v1/jobs",
@@ -69,8 +68,6 @@ router = APIRouter(
     dependencies=[Depends(require_caller)],
     responses=problems(401, 422),
 )
-
-NPZ = "application/x-npz"
 
 
 def _succeeded_or_409(job: dict[str, Any]) -> dict[str, Any]:
