@@ -31,7 +31,7 @@ class Refuse:
         if name.split(".")[0] in {"torch", "rbfkm_engine", "service"}:
             raise ImportError(f"{name} is not installed")
 sys.meta_path.insert(0, Refuse())
-import rbfkm_client, rbfkm_client.sklearn
+import rbfkm_client, rbfkm_client.cli, rbfkm_client.sklearn
 print("torch" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
