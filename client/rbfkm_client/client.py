@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import httpx
 
 from rbfkm_client.models import Dataset, Job
 from rbfkm_client.operations import Api
-from rbfkm_client.protocol import Call, Operation, Retry, Sleep
+from rbfkm_client.protocol import Call, Open, Operation, ReadLine, Retry, Sleep, Step, Stream
 
 #: Where the client looks for the service, and its key, when none is given.
 URL_VARIABLE, KEY_VARIABLE = "RBFKM_URL", "RBFKM_API_KEY"
@@ -37,10 +37,6 @@ def service_url(url: str | None = None) -> str:
 def key_from_env(key: str | None = None) -> str | None:
     """``key``, else ``$RBFKM_API_KEY`` (None: the service has no keys)."""
     return key or os.environ.get(KEY_VARIABLE) or None
-
-
-def _request_options(call: Call) -> dict[str, Any]:
-    return {"params": call.params, "json": call.json, "headers": call.headers}
 
 
 def _file_chunks(path: Path) -> Iterator[bytes]:
@@ -80,6 +76,18 @@ class Operations:
 
     def _run(self, operation: Operation[Any]) -> Any:
         raise NotImplementedError
+
+    def _request(self, call: Call, chunks: Callable[[Path], Any]) -> httpx.Request:
+        """The httpx request of a call; a file body is streamed by ``chunks``."""
+        content = chunks(call.content) if isinstance(call.content, Path) else call.content
+        return self._http.build_request(
+            call.method,
+            call.path,
+            params=call.params,
+            json=call.json,
+            content=content,
+            headers=call.headers,
+        )
 
     def upload(self, data: Any, name: str | None = None) -> Dataset:
         """Store a dataset: an ndarray, a pandas DataFrame, a pyarrow Table, the path of a
@@ -170,22 +178,25 @@ class Client(Operations):
         reply: Any = None
         try:
             while True:
-                step = operation.send(reply)
-                if isinstance(step, Sleep):
-                    time.sleep(step.seconds)
-                    reply = None
-                    continue
-                content = (
-                    _file_chunks(step.content) if isinstance(step.content, Path) else step.content
-                )
-                try:
-                    reply = self._http.request(
-                        step.method, step.path, content=content, **_request_options(step)
-                    )
-                except httpx.TransportError as exc:
-                    reply = exc
+                reply = self._do(operation.send(reply))
         except StopIteration as stop:
             return stop.value
+
+    def _do(self, step: Step) -> Any:
+        """Take one step; a transport error is the reply, for the operation to judge."""
+        try:
+            if isinstance(step, Sleep):
+                return time.sleep(step.seconds)
+            if isinstance(step, Call):
+                return self._http.send(self._request(step, _file_chunks))
+            if isinstance(step, Open):
+                response = self._http.send(self._request(step.call, _file_chunks), stream=True)
+                return Stream(response, response.iter_lines())
+            if isinstance(step, ReadLine):
+                return next(step.stream.lines, None)
+            return step.stream.response.close()
+        except httpx.TransportError as exc:
+            return exc
 
     def close(self) -> None:
         self._http.close()
@@ -208,24 +219,26 @@ class AsyncClient(Operations):
         reply: Any = None
         try:
             while True:
-                step = operation.send(reply)
-                if isinstance(step, Sleep):
-                    await asyncio.sleep(step.seconds)
-                    reply = None
-                    continue
-                content = (
-                    _async_file_chunks(step.content)
-                    if isinstance(step.content, Path)
-                    else step.content
-                )
-                try:
-                    reply = await self._http.request(
-                        step.method, step.path, content=content, **_request_options(step)
-                    )
-                except httpx.TransportError as exc:
-                    reply = exc
+                reply = await self._do(operation.send(reply))
         except StopIteration as stop:
             return stop.value
+
+    async def _do(self, step: Step) -> Any:
+        """Take one step; a transport error is the reply, for the operation to judge."""
+        try:
+            if isinstance(step, Sleep):
+                return await asyncio.sleep(step.seconds)
+            if isinstance(step, Call):
+                return await self._http.send(self._request(step, _async_file_chunks))
+            if isinstance(step, Open):
+                request = self._request(step.call, _async_file_chunks)
+                response = await self._http.send(request, stream=True)
+                return Stream(response, response.aiter_lines())
+            if isinstance(step, ReadLine):
+                return await anext(step.stream.lines, None)
+            return await step.stream.response.aclose()
+        except httpx.TransportError as exc:
+            return exc
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -18,3 +18,5 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 PROBLEM_JSON = "application/problem+json"
 #: The media types a result table is sent as.
 TABLE_TYPES: tuple[str, ...] = (PARQUET, ARROW_STREAM)
+#: Server-sent events (``GET /v1/jobs/{id}/events``).
+EVENT_STREAM = "text/event-stream"

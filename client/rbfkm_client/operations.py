@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 
 from rbfkm_client.bodies import EXTENSIONS, Body, body_of, body_of_download, is_url
-from rbfkm_client.errors import JobFailed, WaitTimeout, require
-from rbfkm_client.media import ARROW_STREAM
+from rbfkm_client.errors import ApiError, JobFailed, WaitTimeout, require
+from rbfkm_client.media import ARROW_STREAM, EVENT_STREAM
 from rbfkm_client.models import (
     Dataset,
     Job,
@@ -25,7 +25,7 @@ from rbfkm_client.models import (
     scalars,
 )
 from rbfkm_client.progress import JobBar
-from rbfkm_client.protocol import Call, Operation, Retry, Sleep, send
+from rbfkm_client.protocol import Call, Close, Open, Operation, ReadLine, Retry, Sleep, Stream, send
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: Rows per page of the assignments (the API's largest page).
@@ -34,6 +34,10 @@ ASSIGNMENT_PAGE_ROWS = 100_000
 LIST_PAGE = 1000
 #: First and longest pause between two polls of a job.
 POLL_START_S, POLL_MAX_S = 0.05, 1.0
+#: Event streams that may fail in a row (no new event) before waiting turns to polling.
+EVENT_FAILURES = 2
+#: The problem type of an unknown job.
+JOB_NOT_FOUND = "urn:rbfkm:problem:job-not-found"
 
 
 def job_id_of(job: Job | Dataset | str) -> str:
@@ -144,25 +148,83 @@ class Api:
         timeout: float | None = None,
         check: bool = True,
     ) -> Operation[Job]:
-        """Poll the job until it ends, showing a progress bar; JobFailed if it did not
-        succeed (with ``check``), WaitTimeout after ``timeout`` seconds."""
+        """Follow the job until it ends, showing a progress bar; JobFailed if it did not
+        succeed (with ``check``), WaitTimeout after ``timeout`` seconds. Follows the
+        job's server-sent events, or polls where the service sends none."""
         current = yield from self.job(job)
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = JobBar(current, progress)
-        pause = POLL_START_S
         try:
-            while not current.finished:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise WaitTimeout(f"job {current.id} is still {current.status}")
-                yield Sleep(pause)
-                pause = min(POLL_MAX_S, pause * 2)
-                current = yield from self.job(current.id)
-                bar.update(current)
+            if not current.finished:
+                current = yield from self._follow(current, bar, deadline)
         finally:
             bar.close()
         if check and current.status != "succeeded":
             raise JobFailed(current)
         return current
+
+    def _follow(self, job: Job, bar: JobBar, deadline: float | None) -> Operation[Job]:
+        """The job's events until it ends, reconnecting with Last-Event-ID; polling once
+        the events route fails (an older service, a proxy that buffers) twice in a row."""
+        last_id, failures = None, 0
+        while not job.finished and failures < EVENT_FAILURES:
+            headers = {**self.auth, "Accept": EVENT_STREAM}
+            if last_id is not None:
+                headers["Last-Event-ID"] = last_id
+            stream = yield Open(Call("GET", f"/v1/jobs/{job.id}/events", headers=headers))
+            if isinstance(stream, Exception):
+                failures += 1
+                continue
+            try:
+                if stream.response.status_code != 200:
+                    failures += 1
+                    continue
+                before = last_id
+                job, last_id = yield from self._events(stream, job, last_id, bar, deadline)
+                failures = 0 if last_id != before else failures + 1
+            finally:
+                yield Close(stream)
+        if job.finished:
+            return job
+        return (yield from self._poll(job, bar, deadline))
+
+    def _events(
+        self, stream: Stream, job: Job, last_id: str | None, bar: JobBar, deadline: float | None
+    ) -> Operation[tuple[Job, str | None]]:
+        """Read a stream's events (text/event-stream) until it ends or the job does."""
+        fields: dict[str, str] = {}
+        while True:
+            line = yield ReadLine(stream)
+            if line is None or isinstance(line, Exception):
+                return job, last_id
+            _check_deadline(job, deadline)
+            if line.startswith(":"):
+                continue
+            if line:
+                name, _, value = line.partition(":")
+                fields[name] = value[1:] if value.startswith(" ") else value
+                continue
+            kind, data = fields.get("event"), fields.get("data")
+            last_id = fields.get("id", last_id)
+            fields = {}
+            if kind == "deleted":
+                raise ApiError(404, f"job {job.id} was deleted", type=JOB_NOT_FOUND)
+            if kind in ("status", "progress") and data:
+                job = Job.from_json(json.loads(data))
+                bar.update(job)
+                if job.finished:
+                    return job, last_id
+
+    def _poll(self, job: Job, bar: JobBar, deadline: float | None) -> Operation[Job]:
+        """Poll the job until it ends, the pause doubling up to a second."""
+        pause = POLL_START_S
+        while not job.finished:
+            _check_deadline(job, deadline)
+            yield Sleep(pause)
+            pause = min(POLL_MAX_S, pause * 2)
+            job = yield from self.job(job.id)
+            bar.update(job)
+        return job
 
     def fit(
         self,
@@ -234,6 +296,11 @@ class Api:
             "POST", f"/v1/jobs/{job_id_of(job)}/predict", content=body.content, headers=headers
         )
         return Prediction(np.asarray(answer["labels"], dtype=np.int64), answer["assignments"])
+
+
+def _check_deadline(job: Job, deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise WaitTimeout(f"job {job.id} is still {job.status}")
 
 
 def _looks_like_file(value: str) -> bool:

@@ -1,8 +1,9 @@
 """The one request/response layer of the sync and async clients.
 
 Every operation of the API is written once, as a generator that yields *steps* — an HTTP
-:class:`Call` to make, or a :class:`Sleep` — and receives each call's outcome (an
-``httpx.Response``, or the ``httpx.TransportError`` it raised). A driver runs it:
+:class:`Call` to make, a :class:`Sleep`, or a stream to :class:`Open`, read line by line
+(:class:`ReadLine`) and :class:`Close` — and receives each step's outcome (an
+``httpx.Response``, a line, or the ``httpx.TransportError`` it raised). A driver runs it:
 :class:`rbfkm_client.Client` with ``httpx.Client`` and ``time.sleep``,
 :class:`rbfkm_client.AsyncClient` with ``httpx.AsyncClient`` and ``asyncio.sleep``. So
 retries, back-off, error decoding, polling and paging exist once, whatever the I/O.
@@ -44,7 +45,37 @@ class Sleep:
     seconds: float
 
 
-Step = Union[Call, Sleep]  # noqa: UP007 (a runtime alias: `|` of classes needs 3.10 types)
+@dataclass(frozen=True)
+class Open:
+    """Make ``call`` and keep its body unread, to read it line by line: the reply is a
+    :class:`Stream` (or the transport error)."""
+
+    call: Call
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An open response and the iterator (sync or async) of its lines."""
+
+    response: httpx.Response
+    lines: Any
+
+
+@dataclass(frozen=True)
+class ReadLine:
+    """The next line of an open stream: a str, None at its end, or the transport error."""
+
+    stream: Stream
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close an open stream."""
+
+    stream: Stream
+
+
+Step = Union[Call, Sleep, Open, ReadLine, Close]  # noqa: UP007 (a runtime alias)
 #: An operation: yields steps, receives responses (or transport errors), returns a T.
 Operation = Generator[Step, Any, T]
 

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.responses import FileResponse, JSONResponse
-from rbfkm_client.media import ARROW_STREAM, JSON, NPZ, PARQUET, TABLE_TYPES
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from rbfkm_client.media import ARROW_STREAM, EVENT_STREAM, JSON, NPZ, PARQUET, TABLE_TYPES
 from starlette.concurrency import run_in_threadpool
 
 from service.budget import check_job_memory
@@ -26,6 +26,7 @@ from service.deps import (
     Uploads,
     require_caller,
 )
+from service.events import job_events
 from service.formats import (
     assignments_table,
     centroids_table,
@@ -275,6 +276,67 @@ def cancel_job(job: OwnedJob, queue: Queue) -> JSONResponse:
         raise ProblemError(409, f"job {job_id!r} has already {job['status']}", kind="job-finished")
     job = queue.cancel(job_id) or job
     return JSONResponse(_job_body(job), headers=_job_headers(job))
+
+
+#: One event of the stream (its fields, as SSE parsers hand them over).
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["status", "progress", "deleted"]},
+        "id": {"type": "string", "description": "The state the event reports."},
+        "data": {
+            "type": "string",
+            "contentMediaType": JSON,
+            "description": "The job, as `GET /v1/jobs/{id}` (`{}` for `deleted`).",
+        },
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
+
+
+@router.get(
+    "/{job_id}/events",
+    summary="Follow a job: server-sent events",
+    description=(
+        "A `text/event-stream` of the job's changes, so that clients need not poll: "
+        "`event: status` when its status changes, `event: progress` when its progress does, "
+        "each with the job (as `GET /v1/jobs/{id}`) as `data`; the stream ends after the "
+        "event of a finished job (`event: deleted` if the job is deleted), or after five "
+        "minutes (reconnect). Each event's `id` names the state it reports: with "
+        "`Last-Event-ID` the stream starts with the job's state only if it differs, so a "
+        "reconnecting client never gets the final event twice."
+    ),
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "The event stream",
+            "content": {EVENT_STREAM: {"schema": EVENT_SCHEMA}},
+        },
+        **problems(404),
+    },
+)
+async def job_events_stream(
+    job: OwnedJob,
+    queue: Queue,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            max_length=200,
+            description="The id of the last event received (on reconnecting).",
+        ),
+    ] = None,
+) -> StreamingResponse:
+    job_id = job["id"]
+
+    async def read() -> dict[str, Any] | None:
+        return await run_in_threadpool(queue.get, job_id)
+
+    return StreamingResponse(
+        job_events(read, _job_body, last_event_id),
+        media_type=EVENT_STREAM,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def _parts(request: Request) -> set[str]:

@@ -197,3 +197,13 @@ def test_the_async_client_does_the_same(live: Live, fitted: tuple[Job, Result]) 
     assert np.array_equal(result.labels, expected.labels)
     assert second.status == "succeeded"
     assert pq.read_table(pa.BufferReader(table))["label"].to_pylist() == expected.labels.tolist()
+
+
+def test_waiting_follows_the_jobs_events_rather_than_polling(live: Live) -> None:
+    paths: list[str] = []
+    with Client(live.url, KEY) as client:
+        client._http.event_hooks["request"].append(lambda request: paths.append(request.url.path))
+        job = client.fit(blobs(3000, 4, 5, seed=8), 5, random_state=0)
+    assert job.status == "succeeded"
+    assert f"/v1/jobs/{job.id}/events" in paths
+    assert paths.count(f"/v1/jobs/{job.id}") == 1  # the first look only: no polls

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -498,3 +500,60 @@ def test_the_table_types_are_in_the_openapi_document(client: TestClient) -> None
         operation = paths[f"/v1/jobs/{{job_id}}/{route}"]["get"]
         assert {PARQUET, ARROW_STREAM} <= set(operation["responses"]["200"]["content"])
         assert "406" in operation["responses"]
+
+
+def _events(response: Any) -> list[dict[str, Any]]:
+    """The events of a text/event-stream body: id, event and the JSON data."""
+    events = []
+    for block in response.text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "event" in fields:
+            events.append({**fields, "data": json.loads(fields["data"])})
+    return events
+
+
+def test_the_events_of_a_finished_job_end_with_its_status(
+    client: TestClient, fitted_job: dict[str, Any]
+) -> None:
+    path = f"/v1/jobs/{fitted_job['id']}/events"
+    response = client.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.text.startswith("retry: ")
+    (event,) = _events(response)
+    assert event["event"] == "status" and event["data"] == client.get(path[:-7]).json()
+    # A client that saw it and reconnects is not sent it again: the stream just ends.
+    again = client.get(path, headers={"Last-Event-ID": event["id"]})
+    assert again.status_code == 200 and _events(again) == []
+    # Another id (an older state) gets the current one.
+    stale = client.get(path, headers={"Last-Event-ID": "1.running.500.3"})
+    assert [e["event"] for e in _events(stale)] == ["status"]
+
+
+def test_the_events_of_an_unknown_job_are_a_404(client: TestClient) -> None:
+    assert_problem(client.get("/v1/jobs/nope/events"), 404)
+
+
+def test_events_follow_a_job_until_it_is_canceled(client: TestClient, queue: JobQueue) -> None:
+    job = _queued_job(client)
+    claim = _running(queue)
+
+    def work() -> None:  # a worker's writes while the stream is open
+        for step in range(1, 4):
+            time.sleep(0.3)
+            queue.report_progress(
+                claim, fraction=step / 4, sigma=1.0 / step, iteration=step, objective=1.0
+            )
+        time.sleep(0.3)
+        queue.cancel(job["id"])
+        queue.mark_canceled(claim)
+
+    writer = threading.Thread(target=work)
+    writer.start()
+    events = _events(client.get(f"/v1/jobs/{job['id']}/events"))
+    writer.join()
+    kinds = [(e["event"], e["data"]["status"]) for e in events]
+    assert kinds[0] == ("status", "running") and kinds[-1] == ("status", "canceled")
+    assert set(kinds[1:-1]) <= {("progress", "running")}
+    fractions = [e["data"]["progress"]["fraction"] or 0 for e in events[:-1]]
+    assert fractions == sorted(fractions) and len(set(e["id"] for e in events)) == len(events)
