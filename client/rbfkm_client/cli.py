@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -222,6 +223,11 @@ def run(args: argparse.Namespace, prog: str = "rbfkm-client") -> int:
     handler: Callable[[argparse.Namespace], int] = args.client_handler
     try:
         return handler(args)
+    except BrokenPipeError:
+        # The reader of the output went away (`| head`): not an error of the command.
+        # Python's documented remedy, so that the exit's flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (RbfkmError, OSError, ValueError, TypeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
