@@ -6,6 +6,8 @@
 - `api`: the HTTP API only (needs `REDIS_URL`).
 - `worker`: worker processes only (needs `REDIS_URL`: the embedded Redis of a `serve` is
   private to it, so workers elsewhere cannot share it).
+- `fit`, `jobs`, `datasets`: the client's commands (:mod:`rbfkm_client.cli`, also the
+  torch-free `rbfkm-client`), to use a running service.
 
 Command-line options override the environment (see docs/service.md for every variable).
 """
@@ -20,6 +22,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from rbfkm_client import cli as client_cli
 
 from rbfkm_engine.device import DEVICE_HELP
 from service import __version__
@@ -50,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(worker)
     worker.add_argument("--workers", type=int, help="Processes to run (RBFKM_WORKERS).")
     worker.add_argument("--device", help=f"{DEVICE_HELP} (RBFKM_DEVICE).")
+    client_cli.add_commands(commands)
     return parser
 
 
@@ -160,6 +165,8 @@ def run_workers(settings: Settings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The `rbfkm` console script."""
     args = build_parser().parse_args(argv)
+    if args.command in client_cli.COMMANDS:
+        return client_cli.run(args, prog="rbfkm")
     settings = settings_from(args)
     if args.command == "serve":
         return serve(settings)

@@ -7,6 +7,8 @@ by tests, by a CLI) without a web framework, and the API's error contract is in 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class ServiceError(Exception):
     """A failure a caller caused or can retry.
@@ -37,6 +39,19 @@ class UnsupportedMediaType(ServiceError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail, field="header.content-type", message="unsupported media type")
+
+
+class NotAcceptable(ServiceError):
+    """An ``Accept`` header that takes none of the media types a route can send."""
+
+    def __init__(self, accept: str, offered: Sequence[str]) -> None:
+        choices = ", ".join(offered)
+        super().__init__(
+            f"cannot answer with any type of Accept: {accept!r}; ask for one of {choices} "
+            "(or send no Accept header for the default)",
+            field="header.accept",
+            message="no acceptable media type",
+        )
 
 
 class BodyTooLarge(ServiceError):

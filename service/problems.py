@@ -18,6 +18,7 @@ import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from rbfkm_client.media import PROBLEM_JSON
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
@@ -32,6 +33,7 @@ from service.errors import (
     InvalidDataset,
     InvalidIdempotencyKey,
     JobTooLarge,
+    NotAcceptable,
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
@@ -42,7 +44,6 @@ from service.logs import OutageLog
 
 logger = logging.getLogger(__name__)
 
-PROBLEM_JSON = "application/problem+json"
 _TYPE_PREFIX = "urn:rbfkm:problem:"
 
 #: Seconds a client should wait before asking again, on every `Retry-After` the API sends:
@@ -75,6 +76,7 @@ class _Problem(NamedTuple):
 _DOMAIN: dict[type[ServiceError], _Problem] = {
     InvalidDataset: _Problem(422, "invalid-dataset"),
     UnsupportedMediaType: _Problem(415, "unsupported-media-type"),
+    NotAcceptable: _Problem(406, "not-acceptable"),
     BodyTooLarge: _Problem(413, "payload-too-large"),
     DatasetNotFound: _Problem(404, "dataset-not-found"),
     ResultNotFound: _Problem(

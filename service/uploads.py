@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from rbfkm_client.media import CSV, JSON, NPY, PARQUET
 
 from service.errors import BodyTooLarge, InvalidDataset, UnsupportedMediaType
 from service.jsonrows import FLOAT32_MAX as FLOAT32_MAX
@@ -31,13 +32,9 @@ from service.jsonrows import quote as _quote
 
 logger = logging.getLogger(__name__)
 
-JSON = "application/json"
-CSV = "text/csv"
 #: CSV whose first row is a header, or is not (RFC 4180's ``header`` parameter; ``?header=``).
 CSV_HEADER = "text/csv; header=present"
 CSV_NO_HEADER = "text/csv; header=absent"
-NPY = "application/x-npy"
-PARQUET = "application/vnd.apache.parquet"
 CONTENT_TYPES: dict[str, str] = {
     JSON: JSON,
     CSV: CSV,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,15 @@ from hypothesis import settings
 settings.register_profile("deterministic", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("explore", max_examples=500, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
+def marked_block(path: Path, marker: str, language: str) -> str:
+    """The code block of ``language`` between ``<!-- marker -->`` and ``<!-- /marker -->`` in
+    a Markdown file (examples that tests run as written)."""
+    pattern = rf"<!-- {marker} -->\s*```{language}\n(.*?)```\s*<!-- /{marker} -->"
+    match = re.search(pattern, path.read_text(), re.S)
+    assert match, f"{path.name} has no {language} block marked {marker}"
+    return match.group(1)
 
 
 def _free_port() -> int:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import numpy as np
+import pyarrow as pa
 import scipy.sparse as sp
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from rbfkm_client.media import ARROW_STREAM, EVENT_STREAM, JSON, NPZ, PARQUET, TABLE_TYPES
 from starlette.concurrency import run_in_threadpool
 
 from service.budget import check_job_memory
@@ -22,6 +25,14 @@ from service.deps import (
     Tenants,
     Uploads,
     require_caller,
+)
+from service.events import job_events
+from service.formats import (
+    assignments_table,
+    centroids_table,
+    encode,
+    labels_table,
+    negotiate,
 )
 from service.idempotency import _MAX_KEY_LENGTH as MAX_KEY_LENGTH
 from service.idempotency import HEADER as IDEMPOTENCY_HEADER
@@ -58,8 +69,6 @@ router = APIRouter(
     dependencies=[Depends(require_caller)],
     responses=problems(401, 422),
 )
-
-NPZ = "application/x-npz"
 
 
 def _succeeded_or_409(job: dict[str, Any]) -> dict[str, Any]:
@@ -269,6 +278,67 @@ def cancel_job(job: OwnedJob, queue: Queue) -> JSONResponse:
     return JSONResponse(_job_body(job), headers=_job_headers(job))
 
 
+#: One event of the stream (its fields, as SSE parsers hand them over).
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["status", "progress", "deleted"]},
+        "id": {"type": "string", "description": "The state the event reports."},
+        "data": {
+            "type": "string",
+            "contentMediaType": JSON,
+            "description": "The job, as `GET /v1/jobs/{id}` (`{}` for `deleted`).",
+        },
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
+
+
+@router.get(
+    "/{job_id}/events",
+    summary="Follow a job: server-sent events",
+    description=(
+        "A `text/event-stream` of the job's changes, so that clients need not poll: "
+        "`event: status` when its status changes, `event: progress` when its progress does, "
+        "each with the job (as `GET /v1/jobs/{id}`) as `data`; the stream ends after the "
+        "event of a finished job (`event: deleted` if the job is deleted), or after five "
+        "minutes (reconnect). Each event's `id` names the state it reports: with "
+        "`Last-Event-ID` the stream starts with the job's state only if it differs, so a "
+        "reconnecting client never gets the final event twice."
+    ),
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "The event stream",
+            "content": {EVENT_STREAM: {"schema": EVENT_SCHEMA}},
+        },
+        **problems(404),
+    },
+)
+async def job_events_stream(
+    job: OwnedJob,
+    queue: Queue,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            max_length=200,
+            description="The id of the last event received (on reconnecting).",
+        ),
+    ] = None,
+) -> StreamingResponse:
+    job_id = job["id"]
+
+    async def read() -> dict[str, Any] | None:
+        return await run_in_threadpool(queue.get, job_id)
+
+    return StreamingResponse(
+        job_events(read, _job_body, last_event_id),
+        media_type=EVENT_STREAM,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
 def _parts(request: Request) -> set[str]:
     """The large result parts to send: all, or the `include`d ones (none for an empty list),
     minus the `exclude`d ones; each a comma-separated list, or the parameter repeated.
@@ -313,6 +383,47 @@ def _listable(value: Any) -> Any:
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 
+#: Responses whose body depends on `Accept` say so, for caches.
+VARY_ACCEPT = {"Vary": "Accept"}
+#: The OpenAPI content of a result table (the bytes of a file).
+BINARY = {"type": "string", "format": "binary"}
+TABLE_CONTENT: dict[str, Any] = {media: {"schema": BINARY} for media in TABLE_TYPES}
+_EXTENSIONS = {PARQUET: "parquet", ARROW_STREAM: "arrows"}
+
+
+def _accepts(*offered: str) -> Callable[[Request], str]:
+    """A dependency: the offered media type the request's `Accept` prefers (a `406` when
+    it takes none). Read from the request, not declared as a header parameter: `Accept`
+    is content negotiation, which the responses' content types document."""
+
+    def accepted(request: Request) -> str:
+        return negotiate(request.headers.get("accept"), offered)
+
+    return accepted
+
+
+def _table_part(parts: set[str], explicit: bool) -> str:
+    """The one result part a table carries: labels unless left out, or the one `include`
+    names; a `422` when `include` names none or both."""
+    tables = [part for part in ("labels", "centroids") if part in parts]
+    if not tables or (explicit and len(tables) > 1):
+        raise ProblemError(
+            422,
+            "a Parquet or Arrow result is one table: include=labels (the default) or "
+            "include=centroids",
+            kind="validation",
+            errors=[("query.include", "name one of labels, centroids")],
+        )
+    return tables[0]
+
+
+def _table_response(table: pa.Table, media: str, stem: str) -> Response:
+    """A table as a download of type `media`."""
+    filename = f"{stem}.{_EXTENSIONS[media]}"
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"', **VARY_ACCEPT}
+    return Response(encode(table, media), media_type=media, headers=headers)
+
+
 @router.get(
     "/{job_id}/result",
     response_model=JobResult,
@@ -321,9 +432,13 @@ def _listable(value: Any) -> Any:
     description=(
         "`409` until the job has succeeded. `include=centroids,labels,history` keeps only "
         "the named large parts, `exclude=labels` leaves parts out; the scalars are always sent. "
-        "Another part name is a `422`."
+        "Another part name is a `422`. With `Accept: application/vnd.apache.parquet` or "
+        "`application/vnd.apache.arrow.stream` one table: the labels (`row`, `label`; the "
+        "default) or, with `include=centroids`, the centres (`cluster`, `f0`..`f{d-1}`), the "
+        "scalars in the schema's `rbfkm` metadata (JSON). An `Accept` that takes none of "
+        "these types is a `406`."
     ),
-    responses=problems(404, 409, 422),
+    responses={200: {"content": TABLE_CONTENT}, **problems(404, 406, 409, 422)},
     openapi_extra={
         "parameters": [
             _parts_parameter("include", "Parts to keep (comma-separated); omitted: all."),
@@ -332,8 +447,12 @@ def _listable(value: Any) -> Any:
     },
 )
 def get_result(
-    parts: Annotated[set[str], Depends(_parts)], job: OwnedJob, results: Results
-) -> JSONResponse:
+    media: Annotated[str, Depends(_accepts(JSON, *TABLE_TYPES))],
+    parts: Annotated[set[str], Depends(_parts)],
+    request: Request,
+    job: OwnedJob,
+    results: Results,
+) -> Response:
     job_id = _succeeded_or_409(job)["id"]
     summary = results.summary(job_id)
     body: dict[str, Any] = {
@@ -343,13 +462,20 @@ def get_result(
         "sigma": float(summary["sigma"]),
         "device": str(summary["device"]),
     }
+    if media != JSON:
+        part = _table_part(parts, bool(request.query_params.getlist("include")))
+        if part == "labels":
+            table = labels_table(results.labels(job_id), body)
+        else:
+            table = centroids_table(results.centroids(job_id), body)
+        return _table_response(table, media, f"{job_id}-{part}")
     if "centroids" in parts:
         body["centroids"] = _listable(summary["centroids"])
     if "labels" in parts:
         body["labels"] = _listable(results.labels(job_id))
     if "history" in parts:
         body["history"] = _listable(summary.get("history", []))
-    return JSONResponse(body)
+    return JSONResponse(body, headers=VARY_ACCEPT)
 
 
 def csr_rows(matrix: sp.csr_matrix, offset: int, limit: int) -> dict[str, Any]:
@@ -372,28 +498,37 @@ def csr_rows(matrix: sp.csr_matrix, offset: int, limit: int) -> dict[str, Any]:
     summary="Soft assignments (CSR), paged by rows",
     description=(
         "JSON CSR rows `[offset, offset + limit)`; with `Accept: application/x-npz` the "
-        "whole matrix as scipy's sparse `.npz` (`scipy.sparse.load_npz`)."
+        "whole matrix as scipy's sparse `.npz` (`scipy.sparse.load_npz`); with "
+        "`Accept: application/vnd.apache.parquet` or `application/vnd.apache.arrow.stream` "
+        "the whole matrix as a table of its non-zero weights (`row`, `cluster`, `weight`; "
+        "the shape in the schema's `rbfkm` metadata). Another `Accept` is a `406`."
     ),
-    responses={200: {"content": {NPZ: {}}}, **problems(404, 409)},
+    responses={
+        200: {"content": {NPZ: {"schema": BINARY}, **TABLE_CONTENT}},
+        **problems(404, 406, 409),
+    },
 )
 def get_assignments(
+    media: Annotated[str, Depends(_accepts(JSON, NPZ, *TABLE_TYPES))],
     job: OwnedJob,
-    request: Request,
     results: Results,
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=100_000, description="Rows per page.")] = 1000,
 ) -> Response:
     job_id = _succeeded_or_409(job)["id"]
-    if NPZ in request.headers.get("accept", ""):
+    if media == NPZ:
         return FileResponse(
             results.assignments_path(job_id),
             media_type=NPZ,
             filename=f"{job_id}-assignments.npz",
+            headers=VARY_ACCEPT,
         )
     matrix = results.assignments(job_id)
+    if media != JSON:
+        return _table_response(assignments_table(matrix), media, f"{job_id}-assignments")
     page = csr_rows(sp.csr_matrix(matrix), offset, limit)
     next_offset = offset + limit
-    headers = {}
+    headers = dict(VARY_ACCEPT)
     if next_offset < matrix.shape[0]:
         link = f"/v1/jobs/{job_id}/assignments?offset={next_offset}&limit={limit}"
         headers["Link"] = f'<{link}>; rel="next"'

@@ -25,6 +25,7 @@ from rbfkm_engine import RBFKMeans
 from service.cli import build_parser, main, settings_from
 from service.embedded import free_port
 from service.settings import Settings
+from tests.conftest import marked_block
 from tests.service.conftest import npy_bytes, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,12 +99,7 @@ def run_tiny_job(base_url: str) -> dict:
 
 
 def curl_session() -> str:
-    text = SERVICE_DOC.read_text()
-    match = re.search(
-        r"<!-- curl-session -->\s*```bash\n(.*?)```\s*<!-- /curl-session -->", text, re.S
-    )
-    assert match, "README.md has a marked curl session"
-    return match.group(1)
+    return marked_block(SERVICE_DOC, "curl-session", "bash")
 
 
 # ---- argument handling -------------------------------------------------------------------

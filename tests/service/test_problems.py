@@ -19,6 +19,7 @@ from service.errors import (
     IdempotencyKeyReused,
     InvalidDataset,
     InvalidIdempotencyKey,
+    NotAcceptable,
     ResultNotFound,
     ServiceError,
     StorageQuotaExceeded,
@@ -46,6 +47,8 @@ def test_every_domain_error_has_an_http_form(cls: type[ServiceError]) -> None:
         exc = cls("acme", 2)
     elif cls is StorageQuotaExceeded:
         exc = cls("acme", 10, 5, 12)
+    elif cls is NotAcceptable:
+        exc = cls("text/csv", ["application/json"])
     else:
         exc = cls("what went wrong")
     assert 400 <= problem_of(exc).status < 500

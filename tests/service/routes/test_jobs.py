@@ -6,20 +6,28 @@ worker in `tests/service/test_e2e.py`.
 
 from __future__ import annotations
 
+import io
+import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import redis
 import scipy.sparse as sp
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.formats import ARROW_STREAM
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
 from service.routes.jobs import csr_rows
 from service.settings import Settings, get_settings
+from service.uploads import PARQUET
 from service.worker import Worker, dataset_loader
 from tests.service.conftest import assert_problem, upload
 
@@ -415,3 +423,137 @@ def test_the_result_says_whether_the_fit_converged(
     result = client.get(f"/v1/jobs/{job['id']}/result", params={"include": "history"})
     assert result.status_code == 200, result.text
     assert result.json()["converged"] is converged
+
+
+@pytest.fixture
+def fitted_job(client: TestClient, queue: JobQueue, settings: Settings) -> dict[str, Any]:
+    """A job a real CPU worker has run to success on 30 points in 3 blobs."""
+    job = _queued_job(client)
+    assert _cpu_worker(queue, settings).run_once(block_ms=500) == job["id"]
+    return client.get(f"/v1/jobs/{job['id']}").json()
+
+
+def _table(response: Any) -> pa.Table:
+    media = response.headers["content-type"]
+    data = io.BytesIO(response.content)
+    return pq.read_table(data) if media == PARQUET else pa.ipc.open_stream(data).read_all()
+
+
+@pytest.mark.parametrize("media", [PARQUET, ARROW_STREAM])
+def test_the_result_as_a_table_of_labels_or_centroids(
+    client: TestClient, fitted_job: dict[str, Any], media: str
+) -> None:
+    path = f"/v1/jobs/{fitted_job['id']}/result"
+    whole = client.get(path).json()
+    labels = client.get(path, headers={"Accept": media})
+    assert labels.status_code == 200, labels.text
+    assert labels.headers["content-type"] == media and labels.headers["vary"] == "Accept"
+    assert fitted_job["id"] in labels.headers["content-disposition"]
+    table = _table(labels)
+    assert table["row"].to_pylist() == list(range(30))
+    assert table["label"].to_pylist() == whole["labels"]
+    scalars = json.loads(table.schema.metadata[b"rbfkm"])
+    assert scalars["inertia"] == whole["inertia"] and scalars["n_iter"] == whole["n_iter"]
+    centres = _table(client.get(path, params={"include": "centroids"}, headers={"Accept": media}))
+    assert centres.column_names == ["cluster", "f0", "f1"]
+    assert np.allclose(np.column_stack([centres["f0"], centres["f1"]]), whole["centroids"])
+
+
+def test_a_table_result_is_one_table(client: TestClient, fitted_job: dict[str, Any]) -> None:
+    path = f"/v1/jobs/{fitted_job['id']}/result"
+    accept = {"Accept": PARQUET}
+    for params in ({"include": "labels,centroids"}, {"include": "history"}, {"include": ""}):
+        body = assert_problem(client.get(path, params=params, headers=accept), 422)
+        assert "include=centroids" in body["detail"]
+    only_centres = client.get(path, params={"exclude": "labels"}, headers=accept)
+    assert _table(only_centres).column_names[0] == "cluster"
+
+
+def test_assignments_as_a_coordinate_table(client: TestClient, fitted_job: dict[str, Any]) -> None:
+    path = f"/v1/jobs/{fitted_job['id']}/assignments"
+    page = client.get(path, params={"limit": 100}).json()
+    expected = sp.csr_matrix(
+        (page["values"], page["indices"], page["indptr"]), shape=tuple(page["shape"])
+    )
+    for media in (PARQUET, ARROW_STREAM):
+        table = _table(client.get(path, headers={"Accept": media}))
+        assert table.column_names == ["row", "cluster", "weight"]
+        got = sp.coo_matrix(
+            (table["weight"].to_numpy(), (table["row"].to_numpy(), table["cluster"].to_numpy())),
+            shape=tuple(json.loads(table.schema.metadata[b"rbfkm"])["shape"]),
+        )
+        assert np.allclose(got.toarray(), expected.toarray())
+
+
+@pytest.mark.parametrize("route", ["result", "assignments"])
+def test_an_accept_the_route_cannot_answer_is_a_406(
+    client: TestClient, fitted_job: dict[str, Any], route: str
+) -> None:
+    response = client.get(f"/v1/jobs/{fitted_job['id']}/{route}", headers={"Accept": "text/csv"})
+    body = assert_problem(response, 406)
+    assert PARQUET in body["detail"] and body["errors"][0]["field"] == "header.accept"
+
+
+def test_the_table_types_are_in_the_openapi_document(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for route in ("result", "assignments"):
+        operation = paths[f"/v1/jobs/{{job_id}}/{route}"]["get"]
+        assert {PARQUET, ARROW_STREAM} <= set(operation["responses"]["200"]["content"])
+        assert "406" in operation["responses"]
+
+
+def _events(response: Any) -> list[dict[str, Any]]:
+    """The events of a text/event-stream body: id, event and the JSON data."""
+    events = []
+    for block in response.text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "event" in fields:
+            events.append({**fields, "data": json.loads(fields["data"])})
+    return events
+
+
+def test_the_events_of_a_finished_job_end_with_its_status(
+    client: TestClient, fitted_job: dict[str, Any]
+) -> None:
+    path = f"/v1/jobs/{fitted_job['id']}/events"
+    response = client.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.text.startswith("retry: ")
+    (event,) = _events(response)
+    assert event["event"] == "status" and event["data"] == client.get(path[:-7]).json()
+    # A client that saw it and reconnects is not sent it again: the stream just ends.
+    again = client.get(path, headers={"Last-Event-ID": event["id"]})
+    assert again.status_code == 200 and _events(again) == []
+    # Another id (an older state) gets the current one.
+    stale = client.get(path, headers={"Last-Event-ID": "1.running.500.3"})
+    assert [e["event"] for e in _events(stale)] == ["status"]
+
+
+def test_the_events_of_an_unknown_job_are_a_404(client: TestClient) -> None:
+    assert_problem(client.get("/v1/jobs/nope/events"), 404)
+
+
+def test_events_follow_a_job_until_it_is_canceled(client: TestClient, queue: JobQueue) -> None:
+    job = _queued_job(client)
+    claim = _running(queue)
+
+    def work() -> None:  # a worker's writes while the stream is open
+        for step in range(1, 4):
+            time.sleep(0.3)
+            queue.report_progress(
+                claim, fraction=step / 4, sigma=1.0 / step, iteration=step, objective=1.0
+            )
+        time.sleep(0.3)
+        queue.cancel(job["id"])
+        queue.mark_canceled(claim)
+
+    writer = threading.Thread(target=work)
+    writer.start()
+    events = _events(client.get(f"/v1/jobs/{job['id']}/events"))
+    writer.join()
+    kinds = [(e["event"], e["data"]["status"]) for e in events]
+    assert kinds[0] == ("status", "running") and kinds[-1] == ("status", "canceled")
+    assert set(kinds[1:-1]) <= {("progress", "running")}
+    fractions = [e["data"]["progress"]["fraction"] or 0 for e in events[:-1]]
+    assert fractions == sorted(fractions) and len(set(e["id"] for e in events)) == len(events)
