@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
 from typing import TypeVar
 
 import torch
@@ -52,18 +53,17 @@ class BlockPool:
         if self._executor is None or len(blocks) < 2:
             yield from (fn(block) for block in blocks)
             return
-        pending: deque[Future[T]] = deque()
+        executor = self._executor
         ahead = iter(blocks)
+        pending: deque[Future[T]] = deque(
+            executor.submit(fn, block) for block in islice(ahead, 2 * self.threads)
+        )
         try:
-            for block in ahead:
-                pending.append(self._executor.submit(fn, block))
-                if len(pending) >= 2 * self.threads:
-                    break
             while pending:
                 result = pending.popleft().result()
-                for block in ahead:
-                    pending.append(self._executor.submit(fn, block))
-                    break
+                block = next(ahead, None)
+                if block is not None:
+                    pending.append(executor.submit(fn, block))
                 yield result
         finally:
             for future in pending:
