@@ -101,6 +101,28 @@ def settle(ctx: FitContext, best: FixedPoint, trial: torch.Tensor) -> tuple[bool
     return False, converged or abandoned
 
 
+def split_merge_prices(
+    ctx: FitContext, best: FixedPoint
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every cluster's halves ``(k, 2, d)``, the inertia splitting it removes and the
+    inertia deleting its centre adds (both ``(k,)``), at the fixed point ``best``."""
+    ws = ctx.passes
+    halves, mass = cluster_halves(ws, best.centres, ctx.generator)
+    removal = removal_costs(ws.min_dist, best.second, ws.labels, ws.w, ws.k)
+    return halves, split_gain(mass, halves), removal
+
+
+def split_merged(
+    centres: torch.Tensor, halves: torch.Tensor, moves: list[tuple[int, int]]
+) -> torch.Tensor:
+    """A copy of ``centres`` after the moves ``(j, c)``: centre ``j`` deleted, cluster ``c``
+    split into its halves (the first takes ``c``'s slot, the second ``j``'s)."""
+    trial = centres.clone()
+    for j, c in moves:
+        trial[c], trial[j] = halves[c, 0], halves[c, 1]
+    return trial
+
+
 def rebalance(ctx: FitContext, best: FixedPoint) -> int:
     """Batches of disjoint split-merge moves, each followed by one Lloyd phase; returns
     how many moves were kept.
@@ -110,19 +132,14 @@ def rebalance(ctx: FitContext, best: FixedPoint) -> int:
     moves' interactions, so a batch that ends worse is halved and tried again, down to
     two moves. Without moves that pay at once, the one-by-one search takes over.
     """
-    ws = ctx.passes
-    batch = int(REBALANCE_SHARE * ws.k)
+    batch = int(REBALANCE_SHARE * ctx.passes.k)
     kept_moves = 0
     while batch >= 2 and not ctx.budget.exhausted:
-        halves, mass = cluster_halves(ws, best.centres, ctx.generator)
-        costs = removal_costs(ws.min_dist, best.second, ws.labels, ws.w, ws.k)
-        moves = disjoint_split_merges(split_gain(mass, halves), costs, batch)
+        halves, gain, removal = split_merge_prices(ctx, best)
+        moves = disjoint_split_merges(gain, removal, batch)
         if len(moves) < 2:
             break
-        trial = best.centres.clone()
-        for j, c in moves:
-            trial[c], trial[j] = halves[c, 0], halves[c, 1]
-        kept, go_on = settle(ctx, best, trial)
+        kept, go_on = settle(ctx, best, split_merged(best.centres, halves, moves))
         ctx.say("rebalance moves={} kept={} inertia={:.6g}", len(moves), kept, best.inertia)
         if kept:
             kept_moves += len(moves)
@@ -139,20 +156,16 @@ def split_merges(ctx: FitContext, best: FixedPoint) -> int:
     At each fixed point the ``SPLIT_MERGE_TRIALS`` best-priced moves are tried in turn
     with Lloyd; the first that ends better is kept and the search starts again from it.
     """
-    ws = ctx.passes
     kept_moves = 0
     moves: list[tuple[int, int]] | None = None
     failures = 0
     while not ctx.budget.exhausted:
         if moves is None:
-            halves, mass = cluster_halves(ws, best.centres, ctx.generator)
-            costs = removal_costs(ws.min_dist, best.second, ws.labels, ws.w, ws.k)
-            moves = ranked_split_merges(split_gain(mass, halves), costs, SPLIT_MERGE_TRIALS)
+            halves, gain, removal = split_merge_prices(ctx, best)
+            moves = ranked_split_merges(gain, removal, SPLIT_MERGE_TRIALS)
         if failures >= len(moves):
             break
-        j, c = moves[failures]
-        trial = best.centres.clone()
-        trial[c], trial[j] = halves[c, 0], halves[c, 1]
+        trial = split_merged(best.centres, halves, moves[failures : failures + 1])
         kept, go_on = settle(ctx, best, trial)
         if kept:
             kept_moves += 1
