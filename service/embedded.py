@@ -133,7 +133,10 @@ class EmbeddedRedis:
             [
                 redis_server_binary(),
                 *("--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir)),
-                *("--appendonly", "yes", "--save", "", "--protected-mode", "yes"),
+                # fsync before each reply: with everysec, a write postponed behind a slow
+                # fsync is acknowledged unwritten, and a kill -9 then loses accepted jobs.
+                *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
+                *("--protected-mode", "yes"),
                 *("--daemonize", "no"),
             ],
             stdout=output,
