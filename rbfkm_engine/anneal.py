@@ -128,7 +128,7 @@ def _launch(
             objective=collapsed_objective(inertia, ws.total_weight, sigma, schedule.assignment),
             inertia=inertia,
             mean_nnz=1.0,  # the twin counts with its centre
-            n_soft=ws.X.shape[0],
+            n_soft=ws.n_total,
             soft_weight=ws.total_weight,
             spread=torch.full((1,), inertia, dtype=C.dtype, device=C.device),
         )

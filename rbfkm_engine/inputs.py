@@ -44,9 +44,17 @@ def array_input(array: np.ndarray, device: torch.device, dtype: torch.dtype | No
     return tensor.to(device=device, dtype=dtype)
 
 
-def sample_weights(sample_weight: Any, X: torch.Tensor) -> torch.Tensor | None:
+def is_empty_shard(X: Any) -> bool:
+    """Whether ``X`` is a 2D array or tensor without rows (a shard of a data-parallel fit
+    may be)."""
+    shape = getattr(X, "shape", None)
+    return shape is not None and len(shape) == 2 and shape[0] == 0 and shape[1] > 0
+
+
+def sample_weights(sample_weight: Any, X: torch.Tensor, shard: bool = False) -> torch.Tensor | None:
     """``sample_weight`` as a tensor beside ``X`` (a scalar is every point's weight);
-    finite, non-negative and not all zero."""
+    finite, non-negative and not all zero (``shard``: ``X`` is one shard of a
+    data-parallel fit, whose weights may all be zero as long as some shard's are not)."""
     if sample_weight is None:
         return None
     if isinstance(sample_weight, torch.Tensor):
@@ -60,11 +68,17 @@ def sample_weights(sample_weight: Any, X: torch.Tensor) -> torch.Tensor | None:
         raise ValueError(f"sample_weight.shape == {tuple(w.shape)}, expected ({X.shape[0]},)")
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
         raise ValueError("sample_weight must be finite and non-negative")
-    if float(w.sum()) <= 0:
+    if not shard:
+        check_total_weight(float(w.sum()))
+    return w
+
+
+def check_total_weight(total: float) -> None:
+    """Raise ``ValueError`` unless the sample weights' total is positive."""
+    if total <= 0:
         raise ValueError(
             "Sample weights must not be all zero: give at least one sample a positive weight"
         )
-    return w
 
 
 def init_array(init: Any, n_clusters: int, n_features: int, device: torch.device) -> torch.Tensor:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .context import FitContext
-from .init import sample_proportional
+from .init import draw_points
 from .lloyd import lloyd
 from .search_passes import (
     captured_means,
@@ -108,7 +108,7 @@ def split_merge_prices(
     inertia deleting its centre adds (both ``(k,)``), at the fixed point ``best``."""
     ws = ctx.passes
     halves, mass = cluster_halves(ws, best.centres, ctx.generator)
-    removal = removal_costs(ws.min_dist, best.second, ws.labels, ws.w, ws.k)
+    removal = ws.reducer.sum(removal_costs(ws.min_dist, best.second, ws.labels, ws.w, ws.k))
     return halves, split_gain(mass, halves), removal
 
 
@@ -211,9 +211,10 @@ def swaps(ctx: FitContext, best: FixedPoint) -> int:
     trials = SWAP_TRIALS
     while failures < SWAP_PATIENCE and not ctx.budget.exhausted:
         score = ws.min_dist if ws.w is None else ws.w * ws.min_dist
-        if not float(score.sum()) > 0.0:
+        if not ws.reducer.sum_floats(float(score.sum()))[0] > 0.0:
             break  # every point sits on a centre
-        P = captured_means(ws, ws.X[sample_proportional(score, SWAP_CANDIDATES, ctx.generator)])
+        drawn = draw_points(ws.X, score, SWAP_CANDIDATES, ctx.generator, ws.reducer)
+        P = captured_means(ws, drawn)
         costs = swap_costs_of(ws, P, best.second)
         j, b = divmod(int(torch.argmin(costs)), costs.shape[1])
         if not float(costs[j, b]) < (1.0 - SWAP_MIN_GAIN) * best.inertia:

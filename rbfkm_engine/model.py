@@ -33,11 +33,19 @@ from .frame import (
     unscaled_record,
 )
 from .init import kmeans_plusplus, random_init
-from .inputs import array_input, check_tensor, init_array, sample_weights
+from .inputs import (
+    array_input,
+    check_tensor,
+    check_total_weight,
+    init_array,
+    is_empty_shard,
+    sample_weights,
+)
 from .parallel import BlockPool, cpu_threads
 from .params import ASSIGNMENTS, DTYPES, PARAMETER_CONSTRAINTS, validate_params
 from .passes import Workspace
 from .progress import Budget, Callback, Interrupt, StopCheck, interrupter
+from .reducer import LOCAL, Reducer
 from .solver import SolverResult, annealing_budget, solve
 from .temperature import (
     iterations_per_temperature,
@@ -194,14 +202,25 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return {name: getattr(self, name) for name in self._parameter_constraints}
 
     def _to_tensor(
-        self, X: Any, *, reset: bool, dtype: torch.dtype | None = None
+        self,
+        X: Any,
+        *,
+        reset: bool,
+        dtype: torch.dtype | None = None,
+        allow_empty: bool = False,
     ) -> tuple[torch.Tensor, np.dtype]:
         """Validate ``X`` and return it on the fit device, with its float numpy dtype.
 
         Torch tensors are taken as they are (no trip through the host); everything else
-        goes through scikit-learn's ``validate_data``.
+        goes through scikit-learn's ``validate_data``. ``allow_empty``: a ``(0, d)`` array
+        is a valid shard of a data-parallel fit.
         """
         device = resolve_device(self.device)
+        if allow_empty and is_empty_shard(X):
+            self.n_features_in_ = int(X.shape[1])
+            floating = X.dtype in (torch.float64, np.float64)
+            out_dtype = np.dtype("float64" if floating else "float32")
+            return torch.empty((0, X.shape[1]), dtype=dtype, device=device), out_dtype
         if not isinstance(X, torch.Tensor):
             array = validate_data(
                 self, X, reset=reset, dtype=[np.float64, np.float32], order="C", accept_sparse=False
@@ -234,9 +253,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         generator: torch.Generator,
         check: Interrupt,
         pool: BlockPool,
+        reducer: Reducer,
     ) -> torch.Tensor:
         """Initial centres in the fit's frame (an ``init`` array is scaled, then its
-        origin subtracted)."""
+        origin subtracted); the same on every rank of a data-parallel fit."""
         X, x_sq, origin, scale = framed.X, framed.x_sq, framed.origin, framed.scale
         if isinstance(self.init, str):
             if self.init == "k-means++":
@@ -248,8 +268,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     x_sq=x_sq,
                     check=check,
                     pool=pool,
+                    reducer=reducer,
                 )
-            return random_init(X, self.n_clusters, sample_weight=w, generator=generator)
+            return random_init(
+                X, self.n_clusters, sample_weight=w, generator=generator, reducer=reducer
+            )
         C = init_array(self.init, self.n_clusters, X.shape[1], X.device)
         return (C * scale - origin).to(X.dtype)
 
@@ -287,30 +310,47 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             centres); once it returns ``True`` the fit raises
             :class:`~rbfkm_engine.FitInterrupted` within one block of work and sets no
             fitted attributes (a service's cancel or time limit: nothing to keep).
+
+        Called on every rank of an initialised ``torch.distributed`` process group (of
+        more than one process), each with its own shard of the rows and the same
+        parameters, it fits the union of the shards (see docs/distributed.md): the fitted
+        attributes are the same on every rank, ``labels_`` are the rank's own rows, and
+        ``callback`` is called on rank 0 only.
         """
         self._validate_params()
-        Xt, out_dtype = self._to_tensor(X, reset=True, dtype=_DTYPES[self.dtype])
-        n = Xt.shape[0]
+        reducer = Reducer.current()
+        Xt, out_dtype = self._to_tensor(
+            X, reset=True, dtype=_DTYPES[self.dtype], allow_empty=reducer.active
+        )
+        reducer.same_everywhere(Xt.shape[1], "number of features")
+        n = sum(reducer.gather_ints(Xt.shape[0]))
         if n < self.n_clusters:
             raise ValueError(
                 f"n_samples={n} should be >= n_clusters={self.n_clusters}: "
                 f"ask for at most {n} clusters or provide more samples."
             )
-        top = max_abs(Xt)
+        top = reducer.max_float(max_abs(Xt) if Xt.shape[0] else 0.0)
         if not math.isfinite(top):  # finite input (checked), not in the compute dtype
             raise ValueError(
                 f"X has values beyond the range of dtype={self.dtype!r} "
                 f"(|x| up to {torch.finfo(Xt.dtype).max:.3g}); fit with dtype='float64'."
             )
-        w = sample_weights(sample_weight, Xt)
-        framed = into_fit_frame(Xt, X, w, top)
+        w = sample_weights(sample_weight, Xt, shard=reducer.active)
+        if reducer.active:  # every rank takes part, weighted or not
+            check_total_weight(reducer.sum_floats(Xt.shape[0] if w is None else float(w.sum()))[0])
+        framed = into_fit_frame(Xt, X, w, top, reducer)
         del Xt
         best = self._best_run(
-            framed, w, check_random_state(self.random_state), callback, interrupter(should_stop)
+            framed,
+            w,
+            check_random_state(self.random_state),
+            reducer.on_rank0(callback),
+            interrupter(should_stop),
+            reducer,
         )
         scale, origin = framed.scale, framed.origin
         del framed  # the fit's copy of X, before predict may make its own (see _store)
-        self._store(best, scale, origin, X, sample_weight, out_dtype)
+        self._store(best, scale, origin, X, sample_weight, out_dtype, reducer)
         return self
 
     def _best_run(
@@ -320,15 +360,19 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         rng: np.random.RandomState,
         callback: Callback | None,
         check: Interrupt,
+        reducer: Reducer = LOCAL,
     ) -> SolverResult:
         """The ``n_init`` runs of the solver on the framed data; the lowest inertia wins.
-        ``check``: the stop check every phase calls between its blocks."""
+        ``check``: the stop check every phase calls between its blocks. Over shards
+        (``reducer``) every rank draws rank 0's seeds."""
         Xt = framed.X
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * framed.spread / Xt.shape[1]
         mean = framed.mean - framed.origin
         params = self._params()
-        temperatures, cov = schedule_for(params, self._grows_centres(), Xt, w, mean, framed.scale)
+        temperatures, cov = schedule_for(
+            params, self._grows_centres(), Xt, w, mean, framed.scale, reducer
+        )
         grow = bool(temperatures) and self._grows_centres()
         if not grow:
             cov = None  # only a grown fit's first twin uses the covariance
@@ -345,8 +389,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             iterations_done = 0
             for run in range(n_init):
                 generator = torch.Generator(device=Xt.device)
-                generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-                C0 = None if grow else self._initial_centres(framed, w, generator, check, pool)
+                seed = reducer.broadcast_ints([rng.randint(np.iinfo(np.int32).max)])[0]
+                generator.manual_seed(seed)
+                C0 = (
+                    None
+                    if grow
+                    else self._initial_centres(framed, w, generator, check, pool, reducer)
+                )
                 budget = Budget(
                     int(self.max_iter),
                     unscaled_callback(callback, framed.scale),
@@ -363,8 +412,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     precision=self.matmul_precision,
                     check=check,
                     pool=pool,
+                    reducer=reducer,
                 )
-                ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
+                verbose = bool(self.verbose) and reducer.rank == 0
+                ctx = FitContext(passes, budget, tol, generator, verbose=verbose)
                 result = solve(ctx, schedule, C0, cov)
                 iterations_done += result.n_iter
                 if best is None or result.inertia < best.inertia:
@@ -382,8 +433,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         X: Any,
         sample_weight: Any,
         out_dtype: np.dtype,
+        reducer: Reducer = LOCAL,
     ) -> None:
-        """Set the fitted attributes from the best run, in the data's units."""
+        """Set the fitted attributes from the best run, in the data's units (``labels_``:
+        of this shard's rows; the rest the same on every rank)."""
         if not best.converged and not best.stopped_early:
             warnings.warn(
                 f"RBFKMeans did not converge within max_iter={self.max_iter} iterations; "
@@ -405,13 +458,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             # A wider inference precision: labels and inertia through predict's own path,
             # so that labels_ == predict(X) holds exactly.
-            self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
+            self.labels_, inertia = self._labels_inertia(X, sample_weight)
+            self.inertia_ = reducer.sum_floats(inertia)[0]
         self.n_iter_ = int(best.n_iter)
         self.sigma_ = squared_in_data_units(float(best.sigma), scale)
         self.history_ = [unscaled_record(record, scale) for record in best.history]
         self.stopped_early_ = bool(best.stopped_early)
         self.converged_ = bool(best.converged)
-        distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters)))
+        counts = torch.from_numpy(np.bincount(self.labels_, minlength=self.n_clusters))
+        distinct = int(torch.count_nonzero(reducer.sum(counts)))
         if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "

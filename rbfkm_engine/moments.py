@@ -2,7 +2,8 @@
 
 Accumulated in float64 by blocks of rows, so they need no float64 copy of ``X``. The
 covariance's largest eigenvalue sets the critical temperature
-(:mod:`~rbfkm_engine.temperature`).
+(:mod:`~rbfkm_engine.temperature`). Over the shards of a data-parallel fit (a ``reducer``,
+see :mod:`~rbfkm_engine.reducer`) every sum is summed over the shards as well.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .blocks import iter_chunks
+from .reducer import LOCAL, Reducer
 
 #: Size of one float64 block of rows when accumulating statistics (a few rows at most
 #: in very many dimensions): the blocks stay within the solver's chunk buffers.
@@ -21,7 +23,9 @@ def _stat_rows(n_features: int) -> int:
     return max(1, _STAT_BLOCK_BYTES // (8 * max(n_features, 1)))
 
 
-def weighted_mean(X: torch.Tensor, sample_weight: torch.Tensor | None = None) -> torch.Tensor:
+def weighted_mean(
+    X: torch.Tensor, sample_weight: torch.Tensor | None = None, reducer: Reducer = LOCAL
+) -> torch.Tensor:
     """The weighted mean in float64, accumulated by blocks (no float64 copy of ``X``)."""
     total = torch.zeros(X.shape[1], dtype=torch.float64, device=X.device)
     for rows in iter_chunks(X.shape[0], _stat_rows(X.shape[1])):
@@ -30,21 +34,28 @@ def weighted_mean(X: torch.Tensor, sample_weight: torch.Tensor | None = None) ->
             total += block.sum(dim=0)
         else:
             total += sample_weight[rows].double() @ block
+    (total,) = reducer.sum_many(total)
+    return total / total_weight(X, sample_weight, reducer)
+
+
+def total_weight(X: torch.Tensor, sample_weight: torch.Tensor | None, reducer: Reducer) -> float:
+    """``sum_i w_i`` over every shard (the number of rows without weights)."""
     weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
-    return total / weight
+    return reducer.sum_floats(weight)[0]
 
 
 def weighted_covariance(
     X: torch.Tensor,
     sample_weight: torch.Tensor | None = None,
     mean: torch.Tensor | None = None,
+    reducer: Reducer = LOCAL,
 ) -> torch.Tensor:
     """The ``(d, d)`` weighted covariance ``sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i``.
 
     Accumulated in float64 by blocks of rows, so it needs no copy of ``X``.
     """
     if mean is None:
-        mean = weighted_mean(X, sample_weight)
+        mean = weighted_mean(X, sample_weight, reducer)
     cov = torch.zeros((X.shape[1], X.shape[1]), dtype=torch.float64, device=X.device)
     for rows in iter_chunks(X.shape[0], _stat_rows(X.shape[1])):
         block = X[rows].to(torch.float64, copy=True).sub_(mean)
@@ -52,8 +63,8 @@ def weighted_covariance(
             cov.addmm_(block.T, block)
         else:
             cov.addmm_((block * sample_weight[rows].double().unsqueeze(1)).T, block)
-    weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
-    return cov / weight
+    (cov,) = reducer.sum_many(cov)
+    return cov / total_weight(X, sample_weight, reducer)
 
 
 def largest_eigenvalue(cov: torch.Tensor) -> float:
@@ -86,7 +97,10 @@ SMALL_COVARIANCE = 256
 
 
 def data_largest_eigenvalue(
-    X: torch.Tensor, sample_weight: torch.Tensor | None, mean: torch.Tensor
+    X: torch.Tensor,
+    sample_weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    reducer: Reducer = LOCAL,
 ) -> float:
     """``lambda_max`` of the weighted covariance of ``X`` without forming it.
 
@@ -100,15 +114,17 @@ def data_largest_eigenvalue(
 
     d = X.shape[1]
     if d <= SMALL_COVARIANCE:  # Lanczos is unreliable in a few dimensions; this is exact
-        return largest_eigenvalue(weighted_covariance(X, sample_weight, mean=mean))
-    weight = X.shape[0] if sample_weight is None else float(sample_weight.double().sum())
-    trace = _centred_sum_of_squares(X, sample_weight, mean) / weight  # >= lambda_max
+        return largest_eigenvalue(weighted_covariance(X, sample_weight, mean, reducer))
+    weight = total_weight(X, sample_weight, reducer)
+    (squares,) = reducer.sum_floats(_centred_sum_of_squares(X, sample_weight, mean))
+    trace = squares / weight  # >= lambda_max
     if trace <= 0.0 or d == 1:
         return max(0.0, trace)
 
     def times(v: np.ndarray) -> np.ndarray:
         vt = torch.as_tensor(np.ravel(v), dtype=torch.float64, device=X.device)
-        return (_centred_gram_times(X, sample_weight, mean, vt) / weight).cpu().numpy()
+        product = _centred_gram_times(X, sample_weight, mean, vt, reducer)
+        return (product / weight).cpu().numpy()
 
     operator = LinearOperator((d, d), matvec=times, dtype=np.float64)
     start = np.random.default_rng(0).standard_normal(d)
@@ -123,9 +139,14 @@ def data_largest_eigenvalue(
 
 
 def _centred_gram_times(
-    X: torch.Tensor, sample_weight: torch.Tensor | None, mean: torch.Tensor, v: torch.Tensor
+    X: torch.Tensor,
+    sample_weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    v: torch.Tensor,
+    reducer: Reducer = LOCAL,
 ) -> torch.Tensor:
-    """``X_c^T W X_c v`` by blocks of rows (``X_c = X - mean``, never formed)."""
+    """``X_c^T W X_c v`` by blocks of rows (``X_c = X - mean``, never formed), over every
+    shard."""
     out = torch.zeros_like(v)
     shift = float(mean @ v)
     total = 0.0
@@ -137,6 +158,8 @@ def _centred_gram_times(
             along.mul_(sample_weight[rows].double())
         out.addmv_(block.T, along)
         total += float(along.sum())
+    (out,) = reducer.sum_many(out)
+    (total,) = reducer.sum_floats(total)
     return out.sub_(mean, alpha=total)  # X_c^T u = X^T u - mean sum(u)
 
 

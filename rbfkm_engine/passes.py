@@ -31,6 +31,7 @@ from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
 from .nearest import nearest
 from .parallel import BlockPool
 from .progress import Interrupt, IterationStats, interrupter
+from .reducer import LOCAL, Reducer
 from .reseed import farthest_first
 
 T = TypeVar("T")
@@ -47,6 +48,9 @@ class Workspace:
     ``check``: the fit's stop check, called before every block (none: never stops).
     ``pool``: the threads the blocks of the main passes (soft, hard, nearest two) are
     spread over (see :mod:`~rbfkm_engine.parallel`); none: one block after another.
+    ``reducer``: the fit's collectives (:mod:`~rbfkm_engine.reducer`) when ``X`` is one
+    shard of a data-parallel fit: every sum a pass returns is then the sum over all
+    shards, while the per-row state (``labels``, ``min_dist``) stays the shard's own.
     """
 
     def __init__(
@@ -59,8 +63,14 @@ class Workspace:
         precision: str = "highest",
         check: Interrupt | None = None,
         pool: BlockPool | None = None,
+        reducer: Reducer = LOCAL,
     ) -> None:
         self.X = X
+        self.reducer = reducer
+        sizes = reducer.gather_ints(X.shape[0])
+        # The rows of every shard together, and the global index of this shard's first.
+        self.n_total = sum(sizes)
+        self.offset = sum(sizes[: reducer.rank])
         # The fit's stop check (:func:`~rbfkm_engine.progress.interrupter`), called before
         # every block of every pass and by the other long loops that get the workspace.
         self.check = interrupter(None) if check is None else check
@@ -71,7 +81,8 @@ class Workspace:
         self.x_sq = squared_norms(X) if x_sq is None else x_sq
         self.min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
         self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
-        self.total_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
+        local_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
+        (self.total_weight,) = reducer.sum_floats(local_weight)
         # The input precision of hard passes' products on a GPU (see :mod:`.fused`), and
         # whether they run in float32 now whatever it is (Lloyd confirms its fixed points).
         self.precision = precision
@@ -225,8 +236,9 @@ class Workspace:
             part.add(self, rows, D, e, twins_from, need_spread)
             return part
 
-        sums = _SoftSums.total(self.map_blocks(block))
-        return sums.num, sums.den, sums.stats(self.X.shape[0])
+        sums = _SoftSums.total(self.map_blocks(block), C)
+        sums.reduce(self.reducer)
+        return sums.num, sums.den, sums.stats(self.n_total)
 
     def _hard_step(
         self, C: torch.Tensor, warm: bool
@@ -251,6 +263,9 @@ class Workspace:
         if not incremental:
             num, den = num.double(), den.double()
         self._hard_sums = (num, den)
+        # The kept sums are the shard's own (its moved points correct them); the centres
+        # need every shard's.
+        num, den, inertia = self.reducer.sum_many(num, den, inertia)
         total = float(inertia)
         zeros = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
         stats = IterationStats(total, total, 1.0, 0, 0.0, zeros)
@@ -348,7 +363,7 @@ class Workspace:
         self._hard_sums = None
         if self.whole_passes:
             self._nearest_everywhere(C, exact=True)
-            return float(weighted_sum(self.min_dist, self.w))
+            return self._summed(weighted_sum(self.min_dist, self.w))
         c_sq = squared_norms(C).unsqueeze(0)
 
         def block(rows: slice) -> torch.Tensor:
@@ -358,7 +373,7 @@ class Workspace:
             self.labels[rows] = labels
             return weighted_sum(min_dist, self.weights(rows))
 
-        return _ordered_sum(self.map_blocks(block), C.device)
+        return self._summed(_ordered_sum(self.map_blocks(block), C.device))
 
     def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
         """Hard E-step at ``C`` that also returns each point's second-nearest squared
@@ -376,7 +391,20 @@ class Workspace:
             self.labels[rows] = labels[:, 0]
             return weighted_sum(values[:, 0], self.weights(rows))
 
-        return second, _ordered_sum(self.map_blocks(block), C.device)
+        return second, self._summed(_ordered_sum(self.map_blocks(block), C.device))
+
+    def _summed(self, local: torch.Tensor) -> float:
+        """A float64 scalar of this shard summed over every shard."""
+        return float(self.reducer.sum(local))
+
+    def mean(self) -> torch.Tensor:
+        """The weighted mean of the data, ``(1, d)``: the centre a grown fit starts from."""
+        X, w = self.X, self.w
+        if not self.reducer.active:
+            return (X.mean(dim=0) if w is None else (w.unsqueeze(1) * X).sum(dim=0) / w.sum())[None]
+        total = X.sum(dim=0) if w is None else (w.unsqueeze(1) * X).sum(dim=0)
+        (total,) = self.reducer.sum_many(total)
+        return (total / self.total_weight)[None]
 
     def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Copies of ``labels`` and ``min_dist``, for :meth:`restore`."""
@@ -435,9 +463,12 @@ class _SoftSums:
             accumulate_spread(self.spread, D, ws.x_sq[rows], e, wc)
 
     @staticmethod
-    def total(parts: Iterator[_SoftSums]) -> _SoftSums:
-        """The sums of a pass from its blocks' (added in block order)."""
-        sums = next(parts)
+    def total(parts: Iterator[_SoftSums], C: torch.Tensor) -> _SoftSums:
+        """The sums of a pass from its blocks' (added in block order; zero for a shard
+        without rows)."""
+        sums = next(parts, None)
+        if sums is None:
+            return _SoftSums(C)
         for part in parts:
             sums.num += part.num
             sums.den += part.den
@@ -448,6 +479,17 @@ class _SoftSums:
             sums.n_soft += part.n_soft
             sums.soft_weight += part.soft_weight
         return sums
+
+    def reduce(self, reducer: Reducer) -> None:
+        """Every shard's sums in place of this shard's (one collective)."""
+        if not reducer.active:
+            return
+        counts = torch.tensor([self.nnz, self.n_soft, self.soft_weight], dtype=torch.float64)
+        self.num, self.den, self.spread, self.objective, self.inertia, counts = reducer.sum_many(
+            self.num, self.den, self.spread, self.objective, self.inertia, counts
+        )
+        self.nnz, self.n_soft = int(counts[0]), int(counts[1])
+        self.soft_weight = float(counts[2])
 
     def stats(self, n: int) -> IterationStats:
         return IterationStats(
@@ -460,12 +502,12 @@ class _SoftSums:
         )
 
 
-def _ordered_sum(parts: Iterator[torch.Tensor], device: torch.device) -> float:
+def _ordered_sum(parts: Iterator[torch.Tensor], device: torch.device) -> torch.Tensor:
     """The float64 sum of the blocks' partial sums, in block order."""
     total = torch.zeros((), dtype=torch.float64, device=device)
     for part in parts:
         total += part
-    return float(total)
+    return total
 
 
 def _add_points(

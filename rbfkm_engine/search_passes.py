@@ -39,7 +39,7 @@ def captured_means(ws: Workspace, P: torch.Tensor) -> torch.Tensor:
             taken.mul_(ws.w[rows].unsqueeze(1))
         return taken.T @ ws.X[rows], taken.sum(dim=0)
 
-    num, den = _added(ws.map_blocks(block))
+    num, den = _added(ws, ws.map_blocks(block), torch.zeros_like(P), P.new_zeros(P.shape[0]))
     return torch.where((den > 0).unsqueeze(1), num / den.clamp_min(1e-300).unsqueeze(1), P)
 
 
@@ -53,7 +53,9 @@ def swap_costs_of(ws: Workspace, P: torch.Tensor, second: torch.Tensor) -> torch
         wc = ws.weights(rows)
         return swap_costs(ws.min_dist[rows], second[rows], ws.labels[rows], wc, dp, ws.k)
 
-    base, delta = _added(ws.map_blocks(block))
+    base = torch.zeros(P.shape[0], dtype=torch.float64, device=P.device)
+    delta = torch.zeros((ws.k, P.shape[0]), dtype=torch.float64, device=P.device)
+    base, delta = _added(ws, ws.map_blocks(block), base, delta)
     return delta + base.unsqueeze(0)
 
 
@@ -74,7 +76,9 @@ def slot_means(
         num.index_add_(0, slot, ws.X[rows] * ws.w[rows].unsqueeze(1))
         return num, mass.index_add_(0, slot, ws.w[rows])
 
-    num, mass = _added(ws.map_blocks(block))
+    num, mass = _added(
+        ws, ws.map_blocks(block), torch.zeros_like(fallback), fallback.new_zeros(n_slots)
+    )
     means = num / mass.clamp_min(1e-30).unsqueeze(1)
     return torch.where((mass > 0).unsqueeze(1), means, fallback), mass
 
@@ -104,7 +108,7 @@ def hartigan_moves(
         labels[rows] = new
         return moved
 
-    return sum(ws.map_blocks(block))
+    return int(ws.reducer.sum(torch.tensor(sum(ws.map_blocks(block)))))
 
 
 def cluster_halves(
@@ -160,20 +164,24 @@ def _principal_axes(ws: Workspace, C: torch.Tensor, axis: torch.Tensor) -> torch
             return along, weight
 
         # sum_i w_i x_i (x_i - c) . v and sum_i w_i (x_i - c) . v, per cluster
-        along, weight_along = _added(ws.map_blocks(block))
+        along, weight_along = _added(ws, ws.map_blocks(block), torch.zeros_like(C), C.new_zeros(k))
         scatter = along - C * weight_along.unsqueeze(1)
         axis = torch.where(scatter.norm(dim=1, keepdim=True) > 0, scatter, axis)
     return axis
 
 
 def _added(
+    ws: Workspace,
     parts: Iterator[tuple[torch.Tensor, torch.Tensor]],
+    *zeros: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The blocks' pairs of partial sums added, in block order."""
-    first, second = next(parts)
+    """The blocks' pairs of partial sums added, in block order, then over every shard
+    (``zeros``: the sums of a shard without rows)."""
+    first, second = next(parts, zeros)
     for a, b in parts:
         first = first + a
         second = second + b
+    first, second = ws.reducer.sum_many(first, second)
     return first, second
 
 

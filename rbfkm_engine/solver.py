@@ -59,11 +59,7 @@ def solve(
     when the caller has it (see :func:`~rbfkm_engine.anneal.anneal`).
     """
     ws = ctx.passes
-    if C0 is None:
-        X, w = ws.X, ws.w
-        C = (X.mean(dim=0) if w is None else (w.unsqueeze(1) * X).sum(dim=0) / w.sum())[None]
-    else:
-        C = C0.clone()
+    C = ws.mean() if C0 is None else C0.clone()
     sigma = 0.0
     if schedule.temperatures:
         start = Twins(C, ws.k, ctx.generator, ws.check) if C0 is None else C

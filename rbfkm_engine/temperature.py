@@ -35,6 +35,7 @@ from .moments import (
     largest_eigenvalue,
     weighted_covariance,
 )
+from .reducer import LOCAL, Reducer
 
 #: ``sigma0="auto"`` starts this far above the critical temperature.
 SIGMA0_MARGIN = 1.1
@@ -146,6 +147,7 @@ def schedule_for(
     w: torch.Tensor | None,
     mean: torch.Tensor,
     scale: float = 1.0,
+    reducer: Reducer = LOCAL,
 ) -> tuple[list[float], torch.Tensor | None]:
     """The temperatures of a fit with the estimator's ``params`` (empty for hard or
     constant data), and the weighted covariance when an ``"auto"`` temperature needed it
@@ -154,6 +156,8 @@ def schedule_for(
 
     ``X`` is in the fit's frame: the data times ``scale``, so explicit temperatures
     (squared distances) are taken times ``scale**2``; ``mean``: of ``X``, float64.
+    ``reducer``: ``X`` is one shard of a data-parallel fit, and the statistics are every
+    shard's (see :mod:`~rbfkm_engine.reducer`).
     ``grows``: the centres are grown from one centre and its twin, whose entmax15 critical
     temperature is that of 2 coincident centres, not of ``k``: starting at the latter would
     only spend iterations on a state that cannot split.
@@ -165,11 +169,12 @@ def schedule_for(
     cov = None
     lambda_max = 1.0
     if needs_lambda:
-        if covariance_fits(*X.shape):
-            cov = weighted_covariance(X, w, mean=mean)
+        n_total = sum(reducer.gather_ints(X.shape[0]))
+        if covariance_fits(n_total, X.shape[1]):
+            cov = weighted_covariance(X, w, mean, reducer)
             lambda_max = largest_eigenvalue(cov)
         else:
-            lambda_max = data_largest_eigenvalue(X, w, mean)
+            lambda_max = data_largest_eigenvalue(X, w, mean, reducer)
         if lambda_max <= 0.0:
             return [], None  # constant data: nothing to anneal
     coincident = min(2, k) if grows else k

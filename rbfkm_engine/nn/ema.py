@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..distances import squared_distances, squared_norms
+from ..reducer import LOCAL, Reducer
 from ..reseed import farthest_first
 from .layer import RBFKMeansLayer
 
@@ -30,6 +31,7 @@ class _Points:
     X: torch.Tensor
     x_sq: torch.Tensor = field(init=False)
     w: None = None
+    reducer: Reducer = LOCAL  # a batch is re-seeded from its own points
 
     def __post_init__(self) -> None:
         self.x_sq = squared_norms(self.X)

@@ -1,0 +1,192 @@
+"""A fit over the shards of a gloo process group equals the fit of the concatenated data.
+
+Every case runs on 2, 3 and 4 processes on loopback: uneven shards, an empty shard (on 3),
+sample weights on one rank only, an empty cluster re-seeded across shards; the sharded
+fit's labels (each rank's, concatenated) equal the single-process fit's, its centres
+within 1e-6 (float64), on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_blobs
+
+from rbfkm_engine import RBFKMeans
+from rbfkm_engine.reducer import LOCAL, Reducer, ShardedFitError
+
+from .ranks import run_ranks
+
+# Each case: estimator parameters and whether rank 0 alone passes sample weights.
+CASES: dict[str, tuple[dict, bool]] = {
+    "hard": ({"assignment": "hard", "n_clusters": 6, "n_init": 2}, False),
+    "hard-random": ({"assignment": "hard", "n_clusters": 5, "init": "random"}, True),
+    "softmax": ({"assignment": "softmax", "n_clusters": 6}, False),
+    "entmax15": ({"assignment": "entmax15", "n_clusters": 7}, True),
+}
+COMMON = {"dtype": "float64", "device": "cpu", "random_state": 3, "max_iter": 200}
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    """Overlapping blobs (so the local search has moves to try) and rank 0's weights."""
+    X, _ = make_blobs(n_samples=420, centers=5, cluster_std=1.6, random_state=0)
+    weights = np.random.default_rng(1).uniform(0.2, 3.0, size=X.shape[0])
+    return X, weights
+
+
+def _bounds(world: int) -> list[int]:
+    """Uneven shard boundaries; on 3 ranks the middle shard is empty."""
+    n = _data()[0].shape[0]
+    if world == 3:
+        return [0, 100, 100, n]
+    cuts = np.cumsum([k + 1 for k in range(world)])
+    return [0] + [int(n * c / cuts[-1]) for c in cuts]
+
+
+def _shard(rank: int, world: int) -> tuple[np.ndarray, np.ndarray | None]:
+    X, weights = _data()
+    bounds = _bounds(world)
+    rows = slice(bounds[rank], bounds[rank + 1])
+    return X[rows], weights[rows] if rank == 0 else None
+
+
+def _concatenated(world: int, weighted: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    X, weights = _data()
+    if not weighted:
+        return X, None
+    w = np.ones(X.shape[0])
+    w[: _bounds(world)[1]] = weights[: _bounds(world)[1]]
+    return X, w
+
+
+def _init_with_an_empty_cluster(X: np.ndarray) -> np.ndarray:
+    """Five centres, one of them far from every point: Lloyd re-seeds it."""
+    init = X[:5].copy()
+    init[4] = X.max(axis=0) + 100.0
+    return init
+
+
+def _fit_shards(rank: int, world: int) -> dict[str, dict]:
+    """Every case's sharded fit on this rank."""
+    X, weights = _shard(rank, world)
+    out = {}
+    cases = dict(CASES)
+    cases["reseed"] = ({"assignment": "hard", "n_clusters": 5, "init": None}, False)
+    for name, (params, weighted) in cases.items():
+        params = {**COMMON, **params}
+        if params.get("init", "") is None:
+            params["init"] = _init_with_an_empty_cluster(_data()[0])
+        model = RBFKMeans(**params).fit(X, sample_weight=weights if weighted else None)
+        out[name] = _fitted(model)
+    return out
+
+
+def _fitted(model: RBFKMeans) -> dict:
+    return {
+        "centres": model.cluster_centers_,
+        "labels": model.labels_,
+        "inertia": model.inertia_,
+        "n_iter": model.n_iter_,
+        "history": model.history_,
+    }
+
+
+def _single(world: int) -> dict[str, dict]:
+    out = {}
+    for name, (params, weighted) in CASES.items():
+        X, w = _concatenated(world, weighted)
+        out[name] = _fitted(RBFKMeans(**COMMON, **params).fit(X, sample_weight=w))
+    X, _ = _data()
+    init = _init_with_an_empty_cluster(X)
+    params = {**COMMON, "assignment": "hard", "n_clusters": 5, "init": init}
+    out["reseed"] = _fitted(RBFKMeans(**params).fit(X))
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_sharded_fit_equals_the_fit_of_the_concatenation(world: int, tmp_path: Path) -> None:
+    results = run_ranks(_fit_shards, world, tmp_path)
+    for result in results:
+        assert isinstance(result, dict), result
+    expected = _single(world)
+    for name, fit in expected.items():
+        labels = np.concatenate([result[name]["labels"] for result in results])
+        np.testing.assert_array_equal(labels, fit["labels"], err_msg=name)
+        for result in results:
+            got = result[name]
+            np.testing.assert_allclose(got["centres"], fit["centres"], atol=1e-6, err_msg=name)
+            assert got["inertia"] == pytest.approx(fit["inertia"], rel=1e-9), name
+            assert got["n_iter"] == fit["n_iter"], name
+            assert len(got["history"]) == len(fit["history"]), name
+            assert np.array_equal(got["centres"], results[0][name]["centres"]), name
+
+
+def _die_mid_fit(rank: int, world: int) -> str:
+    """Rank 1 dies after a few blocks; rank 0 reports how its fit ended."""
+    X, _ = _shard(rank, world)
+    calls = []
+
+    def should_stop() -> bool:
+        calls.append(1)
+        if rank == 1 and len(calls) > 20:
+            os._exit(3)
+        return False
+
+    try:
+        RBFKMeans(n_clusters=6, device="cpu", random_state=0).fit(X, should_stop=should_stop)
+    except ShardedFitError as failed:
+        return f"ShardedFitError: {failed}"
+    return "finished"
+
+
+def test_a_rank_that_dies_makes_the_others_fail_not_hang(tmp_path: Path) -> None:
+    results = run_ranks(_die_mid_fit, 2, tmp_path)
+    assert results[1] is None  # died without a result
+    assert isinstance(results[0], str) and results[0].startswith("ShardedFitError"), results[0]
+    assert "rank 0" in results[0]
+
+
+def _progress_on_rank0(rank: int, world: int) -> tuple[int, int, int]:
+    """Callbacks heard on this rank, the iterations done, and whether it stopped early
+    (rank 0's callback stops the fit at its fifth iteration)."""
+    X, _ = _shard(rank, world)
+    heard = []
+
+    def callback(info: object) -> bool:
+        heard.append(info)
+        return len(heard) >= 5
+
+    model = RBFKMeans(n_clusters=4, device="cpu", random_state=0)
+    model.fit(X, callback=callback)
+    return len(heard), model.n_iter_, int(model.stopped_early_)
+
+
+def test_the_callback_runs_on_rank_0_and_its_stop_reaches_every_rank(tmp_path: Path) -> None:
+    results = run_ranks(_progress_on_rank0, 2, tmp_path)
+    assert results == [(5, 5, 1), (0, 5, 1)]
+
+
+def _mismatched_features(rank: int, world: int) -> str:
+    X = np.zeros((10, 2 + rank))
+    try:
+        RBFKMeans(n_clusters=2, device="cpu").fit(X)
+    except ValueError as failed:
+        return str(failed)
+    return "finished"
+
+
+def test_shards_with_different_features_are_refused(tmp_path: Path) -> None:
+    results = run_ranks(_mismatched_features, 2, tmp_path)
+    assert all("same number of features" in result for result in results)
+
+
+def test_without_a_process_group_the_reducer_is_the_identity() -> None:
+    assert Reducer.current() is LOCAL
+    t = torch.arange(3.0)
+    assert LOCAL.sum(t) is t
+    assert LOCAL.sum_floats(1.5, 2) == (1.5, 2)
+    assert LOCAL.gather_ints(4) == [4]
