@@ -28,6 +28,7 @@ import torch
 from .distances import squared_norms
 from .moments import weighted_mean
 from .progress import Callback, FitProgress
+from .reducer import LOCAL, Reducer
 
 #: The data are centred when their mean's squared norm exceeds this times the total
 #: variance (see :func:`centring_origin`).
@@ -148,6 +149,12 @@ def may_share_memory(Xt: torch.Tensor, source: Any) -> bool:
     return not isinstance(source, list | tuple)
 
 
+def _mapped(Xt: torch.Tensor, source: Any) -> bool:
+    """Whether ``Xt`` is the caller's memory-mapped file itself: a fit larger than memory,
+    which is fitted where it lies (a centred copy would be as large as the file)."""
+    return isinstance(source, np.memmap) and may_share_memory(Xt, source)
+
+
 @dataclasses.dataclass
 class Framed:
     """Data moved into the fit's frame, with what the fit needs to know of it."""
@@ -160,17 +167,28 @@ class Framed:
     spread: float  # the weighted mean squared distance to the mean (the total variance)
 
 
-def into_fit_frame(Xt: torch.Tensor, source: Any, w: torch.Tensor | None, top: float) -> Framed:
+def into_fit_frame(
+    Xt: torch.Tensor,
+    source: Any,
+    w: torch.Tensor | None,
+    top: float,
+    reducer: Reducer = LOCAL,
+) -> Framed:
     """Scale ``Xt`` (converted from the caller's ``source``; ``top``: its ``max |x|``) by
-    a power of two where needed and centre it where its mean is far from the origin."""
+    a power of two where needed and centre it where its mean is far from the origin.
+
+    Over the shards of a data-parallel fit (``reducer``; ``top`` the largest over every
+    shard) the mean and spread are every shard's, so every rank gets the same frame.
+    """
     scale = power_of_two_scale(top, Xt.dtype)
     Xt = scaled(Xt, source, scale)
-    mean = weighted_mean(Xt, w)
+    mean = weighted_mean(Xt, w, reducer)
     weight = Xt.shape[0] if w is None else float(w.double().sum())
     x_sq = squared_norms(Xt)
-    spread = weighted_total(x_sq, w) / weight - float(mean.square().sum())
+    weight, squares = reducer.sum_floats(weight, weighted_total(x_sq, w))
+    spread = squares / weight - float(mean.square().sum())
     origin = torch.zeros_like(mean)
-    if float(mean.square().sum()) > CENTRE_ABOVE * spread:
+    if float(mean.square().sum()) > CENTRE_ABOVE * spread and not _mapped(Xt, source):
         # Far from the origin the GEMM form of the distances loses every digit to
         # ||x||^2 in float32: centre the data, as scikit-learn does. Near it, centring
         # would cost a copy of X and gain little: the rounding of the distances grows
@@ -179,5 +197,5 @@ def into_fit_frame(Xt: torch.Tensor, source: Any, w: torch.Tensor | None, top: f
         origin = mean
         Xt = centred(Xt, source, origin)
         x_sq = squared_norms(Xt)
-        spread = weighted_total(x_sq, w) / weight
+        spread = reducer.sum_floats(weighted_total(x_sq, w))[0] / weight
     return Framed(Xt, x_sq, scale, origin, mean, spread)
