@@ -323,6 +323,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             X, reset=True, dtype=_DTYPES[self.dtype], allow_empty=reducer.active
         )
         reducer.same_everywhere(Xt.shape[1], "number of features")
+        reducer.same_everywhere(int(out_dtype == np.float64), "input precision (float64: 1)")
         n = sum(reducer.gather_ints(Xt.shape[0]))
         if n < self.n_clusters:
             raise ValueError(
@@ -458,7 +459,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             # A wider inference precision: labels and inertia through predict's own path,
             # so that labels_ == predict(X) holds exactly.
-            self.labels_, inertia = self._labels_inertia(X, sample_weight)
+            self.labels_, inertia = self._labels_inertia(X, sample_weight, reducer.active)
             self.inertia_ = reducer.sum_floats(inertia)[0]
         self.n_iter_ = int(best.n_iter)
         self.sigma_ = squared_in_data_units(float(best.sigma), scale)
@@ -518,11 +519,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return model
 
     # ------------------------------------------------------------------ inference
-    def _predict_inputs(self, X: Any) -> tuple[torch.Tensor, torch.Tensor, np.dtype]:
+    def _predict_inputs(
+        self, X: Any, allow_empty: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, np.dtype]:
         """``X`` and the centres on the device in the fit's frame (scaled by ``_scale``,
         centred by the fit's mean), in the wider of the fit's and the input's precisions."""
         check_is_fitted(self, "cluster_centers_")
-        Xt, out_dtype = self._to_tensor(X, reset=False)
+        Xt, out_dtype = self._to_tensor(X, reset=False, allow_empty=allow_empty)
         wide = self._inference_dtype(out_dtype)
         mean = torch.from_numpy(self._origin).to(Xt.device)
         if wide == _DTYPES[self.dtype]:
@@ -545,10 +548,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         for rows in iter_chunks(X.shape[0], self._chunk(X)):
             yield rows, squared_distances(X[rows], C, x_sq[rows], c_sq)
 
-    def _labels_inertia(self, X: Any, sample_weight: Any = None) -> tuple[np.ndarray, float]:
+    def _labels_inertia(
+        self, X: Any, sample_weight: Any = None, allow_empty: bool = False
+    ) -> tuple[np.ndarray, float]:
         """Nearest centre of each point and the weighted inertia: the solver's last pass
         (the same operations on the same blocks), so ``labels_ == predict(X)``."""
-        Xt, C, _ = self._predict_inputs(X)
+        Xt, C, _ = self._predict_inputs(X, allow_empty)
         w = sample_weights(sample_weight, Xt)
         last_pass = Workspace(Xt, w, self.n_clusters, self._chunk(Xt))
         inertia = last_pass.hard_labels(C)

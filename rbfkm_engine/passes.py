@@ -326,6 +326,8 @@ class Workspace:
         block through :meth:`_nearest` without hints (on a GPU a plain ``min``: no host
         synchronisation). Ties go to the lowest index."""
         c_sq = squared_norms(C)
+        if not self.X.shape[0]:
+            return  # an empty shard of a data-parallel fit
         if fused.supports(self.X):
             self.check()  # one kernel for the whole pass
             precision = "highest" if exact else self.precision

@@ -27,7 +27,12 @@ CASES: dict[str, tuple[dict, bool]] = {
     "hard-random": ({"assignment": "hard", "n_clusters": 5, "init": "random"}, True),
     "softmax": ({"assignment": "softmax", "n_clusters": 6}, False),
     "entmax15": ({"assignment": "entmax15", "n_clusters": 7}, True),
+    # float64 data fitted in float32: labels_ and inertia_ come from predict's own pass.
+    "entmax15-float32": ({"assignment": "entmax15", "n_clusters": 4, "dtype": "float32"}, False),
 }
+#: Centres agree to this (absolute, data of unit scale); float32 sums in another order
+#: round differently.
+ATOL = {"entmax15-float32": 1e-4}
 COMMON = {"dtype": "float64", "device": "cpu", "random_state": 3, "max_iter": 200}
 
 
@@ -99,7 +104,7 @@ def _single(world: int) -> dict[str, dict]:
     out = {}
     for name, (params, weighted) in CASES.items():
         X, w = _concatenated(world, weighted)
-        out[name] = _fitted(RBFKMeans(**COMMON, **params).fit(X, sample_weight=w))
+        out[name] = _fitted(RBFKMeans(**{**COMMON, **params}).fit(X, sample_weight=w))
     X, _ = _data()
     init = _init_with_an_empty_cluster(X)
     params = {**COMMON, "assignment": "hard", "n_clusters": 5, "init": init}
@@ -118,8 +123,10 @@ def test_sharded_fit_equals_the_fit_of_the_concatenation(world: int, tmp_path: P
         np.testing.assert_array_equal(labels, fit["labels"], err_msg=name)
         for result in results:
             got = result[name]
-            np.testing.assert_allclose(got["centres"], fit["centres"], atol=1e-6, err_msg=name)
-            assert got["inertia"] == pytest.approx(fit["inertia"], rel=1e-9), name
+            atol = ATOL.get(name, 1e-6)
+            np.testing.assert_allclose(got["centres"], fit["centres"], atol=atol, err_msg=name)
+            rel = 1e-5 if name in ATOL else 1e-9
+            assert got["inertia"] == pytest.approx(fit["inertia"], rel=rel), name
             assert got["n_iter"] == fit["n_iter"], name
             assert len(got["history"]) == len(fit["history"]), name
             assert np.array_equal(got["centres"], results[0][name]["centres"]), name
