@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from .model import RBFKMeans
     from .nn import RBFKMeansLayer
     from .progress import FitInterrupted, FitProgress
+    from .reducer import ShardedFitError
 
-__all__ = ["FitInterrupted", "FitProgress", "RBFKMeans", "RBFKMeansLayer"]
+__all__ = ["FitInterrupted", "FitProgress", "RBFKMeans", "RBFKMeansLayer", "ShardedFitError"]
 __version__ = "0.1.0"
 
 _HOMES = {
@@ -27,6 +28,7 @@ _HOMES = {
     "FitProgress": ".progress",
     "RBFKMeans": ".model",
     "RBFKMeansLayer": ".nn",
+    "ShardedFitError": ".reducer",
 }
 
 

@@ -292,6 +292,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         *,
         callback: Callback | None = None,
         should_stop: StopCheck | None = None,
+        process_group: Any = "default",
     ) -> RBFKMeans:
         """Fit the centres.
 
@@ -310,6 +311,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             centres); once it returns ``True`` the fit raises
             :class:`~rbfkm_engine.FitInterrupted` within one block of work and sets no
             fitted attributes (a service's cancel or time limit: nothing to keep).
+        process_group : "default", None or a torch.distributed ProcessGroup
+            The processes whose shards make the data: ``"default"``, the default group
+            when one is initialised (else this process alone); ``None``, this process
+            alone whatever groups exist.
 
         Called on every rank of an initialised ``torch.distributed`` process group (of
         more than one process), each with its own shard of the rows and the same
@@ -318,7 +323,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         ``callback`` is called on rank 0 only.
         """
         self._validate_params()
-        reducer = Reducer.current()
+        reducer = Reducer.of(process_group)
         Xt, out_dtype = self._to_tensor(
             X, reset=True, dtype=_DTYPES[self.dtype], allow_empty=reducer.active
         )

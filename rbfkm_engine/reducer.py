@@ -59,6 +59,18 @@ class Reducer:
             return LOCAL
         return cls(dist.group.WORLD)
 
+    @classmethod
+    def of(cls, group: Any) -> Reducer:
+        """Over ``group``: ``"default"`` (:meth:`current`), ``None`` (the identity) or a
+        process group (the identity when it has one process)."""
+        if isinstance(group, str):
+            if group != "default":
+                raise ValueError(f'process_group must be "default", None or a group, got {group!r}')
+            return cls.current()
+        if group is None or dist.get_world_size(group) < 2:
+            return LOCAL
+        return cls(group)
+
     # ------------------------------------------------------------------ collectives
     def _run(self, what: str, collective: Any, *args: Any, **kwargs: Any) -> None:
         """``collective(*args)`` over the group; a failure becomes :class:`ShardedFitError`."""

@@ -197,3 +197,16 @@ def test_without_a_process_group_the_reducer_is_the_identity() -> None:
     assert LOCAL.sum(t) is t
     assert LOCAL.sum_floats(1.5, 2) == (1.5, 2)
     assert LOCAL.gather_ints(4) == [4]
+
+
+def _local_fits(rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's shard fitted alone (``process_group=None``) inside the group."""
+    X, _ = _shard(rank, world)
+    model = RBFKMeans(n_clusters=3, device="cpu", random_state=0)
+    return model.fit(X, process_group=None).cluster_centers_, X
+
+
+def test_process_group_none_fits_the_rank_alone(tmp_path: Path) -> None:
+    for centres, X in run_ranks(_local_fits, 2, tmp_path):
+        alone = RBFKMeans(n_clusters=3, device="cpu", random_state=0).fit(X)
+        np.testing.assert_array_equal(centres, alone.cluster_centers_)
