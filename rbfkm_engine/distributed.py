@@ -33,10 +33,10 @@ from .shards import files_of_rank, n_features, read_shard, shard_files, write_ar
 DEFAULT_TIMEOUT_S = 600
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m rbfkm_engine.distributed") -> argparse.ArgumentParser:
     """The command line: the shards, the output folder and the fit's parameters."""
     parser = argparse.ArgumentParser(
-        prog="python -m rbfkm_engine.distributed",
+        prog=prog,
         description="Fit RBFKMeans on shard files across the processes of torchrun.",
     )
     parser.add_argument("shards", help="glob of the shard files (.npy or .parquet)")
@@ -128,9 +128,10 @@ def _reporter():
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Run the batch fit; the exit status is 0 on every rank when it succeeded."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser() if prog is None else build_parser(prog)
+    args = parser.parse_args(argv)
     grouped = join_group(args.device, args.timeout)
     try:
         rank = dist.get_rank() if grouped else 0
@@ -138,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.output.mkdir(parents=True, exist_ok=True)
         fit_shards(args, rank, world)
     except ValueError as bad:
-        print(f"rbfkm_engine.distributed: {bad}", file=sys.stderr)
+        print(f"{parser.prog}: {bad}", file=sys.stderr)
         return 2
     finally:
         if grouped:

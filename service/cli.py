@@ -6,6 +6,8 @@
 - `api`: the HTTP API only (needs `REDIS_URL`).
 - `worker`: worker processes only (needs `REDIS_URL`: the embedded Redis of a `serve` is
   private to it, so workers elsewhere cannot share it).
+- `fit-distributed`: the engine's batch fit of shard files (:mod:`rbfkm_engine.distributed`),
+  run under torchrun on any number of nodes; no service needed (docs/distributed.md).
 - `fit`, `jobs`, `datasets`: the client's commands (:mod:`rbfkm_client.cli`, also the
   torch-free `rbfkm-client`), to use a running service.
 
@@ -54,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(worker)
     worker.add_argument("--workers", type=int, help="Processes to run (RBFKM_WORKERS).")
     worker.add_argument("--device", help=f"{DEVICE_HELP} (RBFKM_DEVICE).")
+    batch = commands.add_parser(
+        "fit-distributed",
+        help="Fit shard files across torchrun's processes (docs/distributed.md).",
+        add_help=False,
+    )
+    batch.add_argument("engine_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     client_cli.add_commands(commands)
     return parser
 
@@ -167,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in client_cli.COMMANDS:
         return client_cli.run(args, prog="rbfkm")
+    if args.command == "fit-distributed":
+        from rbfkm_engine.distributed import main as fit_distributed
+
+        return fit_distributed(args.engine_args, prog="rbfkm fit-distributed")
     settings = settings_from(args)
     if args.command == "serve":
         return serve(settings)

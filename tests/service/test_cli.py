@@ -370,3 +370,16 @@ def test_every_setting_is_documented() -> None:
     for name, field in Settings.model_fields.items():
         variable = "REDIS_URL" if name == "redis_url" else f"RBFKM_{name.upper()}"
         assert f"| `{variable}`" in text, f"{variable} ({field.description}) is not in the table"
+
+
+def test_fit_distributed_runs_the_engines_batch_fit(tmp_path: Path, capsys) -> None:
+    X = np.random.default_rng(0).normal(size=(120, 3))
+    np.save(tmp_path / "a.npy", X[:50])
+    np.save(tmp_path / "b.npy", X[50:])
+    out = tmp_path / "out"
+    flags = ["--n-clusters", "3", "--device", "cpu", "--dtype", "float64"]
+    assert main(["fit-distributed", str(tmp_path / "*.npy"), str(out), *flags]) == 0
+    alone = RBFKMeans(n_clusters=3, device="cpu", dtype="float64", random_state=0).fit(X)
+    np.testing.assert_allclose(np.load(out / "centroids.npy"), alone.cluster_centers_)
+    assert main(["fit-distributed", str(tmp_path / "*.csv"), str(out), *flags]) == 2
+    assert "rbfkm fit-distributed: no shard files match" in capsys.readouterr().err
