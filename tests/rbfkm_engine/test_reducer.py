@@ -210,3 +210,26 @@ def test_process_group_none_fits_the_rank_alone(tmp_path: Path) -> None:
     for centres, X in run_ranks(_local_fits, 2, tmp_path):
         alone = RBFKMeans(n_clusters=3, device="cpu", random_state=0).fit(X)
         np.testing.assert_array_equal(centres, alone.cluster_centers_)
+
+
+def _wide() -> np.ndarray:
+    """More features than rows: lambda_max comes from Lanczos over the shards."""
+    X, _ = make_blobs(n_samples=90, centers=3, n_features=300, random_state=4)
+    return X
+
+
+def _wide_fit(rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
+    X = _wide()
+    rows = slice(0, 40) if rank == 0 else slice(40, None)
+    model = RBFKMeans(n_clusters=3, assignment="softmax", dtype="float64", device="cpu")
+    model.set_params(random_state=0).fit(X[rows])
+    return model.cluster_centers_, model.labels_
+
+
+def test_wide_data_anneal_from_the_same_temperatures(tmp_path: Path) -> None:
+    results = run_ranks(_wide_fit, 2, tmp_path)
+    single = RBFKMeans(n_clusters=3, assignment="softmax", dtype="float64", device="cpu")
+    single.set_params(random_state=0).fit(_wide())
+    np.testing.assert_array_equal(np.concatenate([r[1] for r in results]), single.labels_)
+    for centres, _ in results:
+        np.testing.assert_allclose(centres, single.cluster_centers_, atol=1e-6)
