@@ -149,12 +149,6 @@ def may_share_memory(Xt: torch.Tensor, source: Any) -> bool:
     return not isinstance(source, list | tuple)
 
 
-def _mapped(Xt: torch.Tensor, source: Any) -> bool:
-    """Whether ``Xt`` is the caller's memory-mapped file itself: a fit larger than memory,
-    which is fitted where it lies (a centred copy would be as large as the file)."""
-    return isinstance(source, np.memmap) and may_share_memory(Xt, source)
-
-
 @dataclasses.dataclass
 class Framed:
     """Data moved into the fit's frame, with what the fit needs to know of it."""
@@ -188,7 +182,7 @@ def into_fit_frame(
     weight, squares = reducer.sum_floats(weight, weighted_total(x_sq, w))
     spread = squares / weight - float(mean.square().sum())
     origin = torch.zeros_like(mean)
-    if float(mean.square().sum()) > CENTRE_ABOVE * spread and not _mapped(Xt, source):
+    if float(mean.square().sum()) > CENTRE_ABOVE * spread:
         # Far from the origin the GEMM form of the distances loses every digit to
         # ||x||^2 in float32: centre the data, as scikit-learn does. Near it, centring
         # would cost a copy of X and gain little: the rounding of the distances grows
