@@ -24,7 +24,13 @@ JOIN_TIMEOUT_S = 300
 
 
 def _rank_main(
-    fn: Callable[..., Any], rank: int, world: int, store: str, out: str, args: tuple
+    fn: Callable[..., Any],
+    rank: int,
+    world: int,
+    store: str,
+    out: str,
+    args: tuple,
+    timeout_s: float,
 ) -> None:
     """One rank: join the group, run ``fn(rank, world, *args)``, pickle what it returned
     (or the exception it raised) to ``out``."""
@@ -34,7 +40,7 @@ def _rank_main(
         init_method=f"file://{store}",
         rank=rank,
         world_size=world,
-        timeout=timedelta(seconds=GROUP_TIMEOUT_S),
+        timeout=timedelta(seconds=timeout_s),
     )
     try:
         result: Any = fn(rank, world, *args)
@@ -44,15 +50,25 @@ def _rank_main(
     dist.destroy_process_group()
 
 
-def run_ranks(fn: Callable[..., Any], world: int, tmp: Path, *args: Any) -> list[Any]:
+def run_ranks(
+    fn: Callable[..., Any],
+    world: int,
+    tmp: Path,
+    *args: Any,
+    timeout_s: float = GROUP_TIMEOUT_S,
+) -> list[Any]:
     """``fn(rank, world, *args)`` on ``world`` processes joined by a FileStore under
-    ``tmp``; returns each rank's result (its exception if it raised, ``None`` if the
-    process died without a result). ``fn`` must be importable (a module-level function)."""
+    ``tmp`` (the group's collectives time out after ``timeout_s``); returns each rank's
+    result (its exception if it raised, ``None`` if the process died without a result).
+    ``fn`` must be importable (a module-level function)."""
     ctx = multiprocessing.get_context("spawn")
     store = tmp / "store"
     outs = [tmp / f"rank{rank}.pkl" for rank in range(world)]
     procs = [
-        ctx.Process(target=_rank_main, args=(fn, rank, world, str(store), str(outs[rank]), args))
+        ctx.Process(
+            target=_rank_main,
+            args=(fn, rank, world, str(store), str(outs[rank]), args, timeout_s),
+        )
         for rank in range(world)
     ]
     for proc in procs:

@@ -9,6 +9,7 @@ within 1e-6 (float64), on every rank.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,38 @@ def test_a_rank_that_dies_makes_the_others_fail_not_hang(tmp_path: Path) -> None
     assert results[1] is None  # died without a result
     assert isinstance(results[0], str) and results[0].startswith("ShardedFitError"), results[0]
     assert "rank 0" in results[0]
+
+
+def _stall_mid_fit(rank: int, world: int) -> str:
+    """Rank 1 stops taking part for longer than the group's timeout; rank 0 reports how
+    its fit ended, and how long it waited."""
+    X, _ = _shard(rank, world)
+    calls = []
+
+    def should_stop() -> bool:
+        calls.append(1)
+        if rank == 1 and len(calls) == 20:
+            time.sleep(3 * STALL_TIMEOUT_S)
+        return False
+
+    start = time.monotonic()
+    try:
+        RBFKMeans(n_clusters=6, device="cpu", random_state=0).fit(X, should_stop=should_stop)
+    except ShardedFitError as failed:
+        return f"ShardedFitError after {time.monotonic() - start:.0f} s: {failed}"
+    return "finished"
+
+
+#: The process group's timeout in the test of a rank that stalls.
+STALL_TIMEOUT_S = 4
+
+
+@pytest.mark.slow
+def test_a_rank_that_stalls_makes_the_others_fail_after_the_timeout(tmp_path: Path) -> None:
+    results = run_ranks(_stall_mid_fit, 2, tmp_path, timeout_s=STALL_TIMEOUT_S)
+    # Had rank 0 waited for rank 1 to come back, its fit would have finished.
+    assert results[0].startswith("ShardedFitError"), results[0]
+    assert "timeout" in results[0].lower() or "timed out" in results[0].lower(), results[0]
 
 
 def _progress_on_rank0(rank: int, world: int) -> tuple[int, int, int]:
