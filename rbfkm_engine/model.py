@@ -17,6 +17,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .anneal import Schedule
 from .assign import responsibilities, to_csr_block
 from .blocks import block_budget, default_chunk_rows, iter_chunks
+from .choose_k import CRITERIA
 from .context import FitContext
 from .device import resolve_device
 from .distances import squared_distances, squared_norms
@@ -34,11 +35,12 @@ from .frame import (
 )
 from .init import kmeans_plusplus, random_init
 from .inputs import array_input, check_tensor, init_array, sample_weights
+from .kpath import KPathRecord, PathCount
 from .parallel import BlockPool, cpu_threads
 from .params import ASSIGNMENTS, DTYPES, PARAMETER_CONSTRAINTS, validate_params
 from .passes import Workspace
 from .progress import Budget, Callback, Interrupt, StopCheck, interrupter
-from .solver import SolverResult, annealing_budget, solve
+from .solver import AutoK, SolverResult, annealing_budget, solve
 from .temperature import (
     iterations_per_temperature,
     schedule_for,
@@ -143,12 +145,17 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = PARAMETER_CONSTRAINTS
+    #: The criterion ``n_clusters="auto"`` chooses ``k`` by (see
+    #: :mod:`~rbfkm_engine.choose_k`); the others are there to be compared with it.
+    _k_criterion = CRITERIA[0]
 
     def __init__(
         self,
-        n_clusters: int = 8,
+        n_clusters: int | str = 8,
         *,
+        max_clusters: int = 10,
         assignment: str = "entmax15",
+        metric: str = "euclidean",
         sigma0: float | str = "auto",
         sigma_min: float | str = "auto",
         cooling: float = 0.8,
@@ -163,11 +170,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         random_state: int | np.random.RandomState | None = None,
         verbose: bool = False,
     ) -> None:
-        # Fifteen parameters, past the engine's guide of eight: scikit-learn's estimator
+        # Seventeen parameters, past the engine's guide of eight: scikit-learn's estimator
         # API wants every hyper-parameter as a keyword of __init__, stored as given
         # (get_params, set_params, clone and the estimator checks rely on it).
         self.n_clusters = n_clusters
+        self.max_clusters = max_clusters
         self.assignment = assignment
+        self.metric = metric
         self.sigma0 = sigma0
         self.sigma_min = sigma_min
         self.cooling = cooling
@@ -219,14 +228,33 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         target = dtype or (torch.float64 if X.dtype == torch.float64 else torch.float32)
         return X.detach().to(device=device, dtype=target).contiguous(), out_dtype
 
-    def _chunk(self, X: torch.Tensor) -> int:
-        """Rows per block: the ``chunk_size`` parameter, else cache- and budget-sized."""
+    def _chunk(self, X: torch.Tensor, k: int) -> int:
+        """Rows per block against ``k`` centres: the ``chunk_size`` parameter, else cache-
+        and budget-sized."""
         if self.chunk_size is not None:
             return int(self.chunk_size)
-        k, d, item = self.n_clusters, X.shape[1], X.element_size()
+        d, item = X.shape[1], X.element_size()
         return default_chunk_rows(k, d, item, X.device, block_budget(X.device))
 
     # ------------------------------------------------------------------ fitting
+    def _auto(self) -> bool:
+        """Whether ``k`` is chosen from the annealing path (``n_clusters="auto"``)."""
+        return self.n_clusters == "auto"
+
+    def _k_to_fit(self, n: int) -> int:
+        """The centres a run anneals to: ``n_clusters``, or with ``"auto"`` one more than
+        ``max_clusters`` (so that every count it may choose has split again), at most
+        ``n``."""
+        if not self._auto():
+            return int(self.n_clusters)
+        if not self._grows_centres() or self.assignment == "hard":
+            raise ValueError(
+                "n_clusters='auto' chooses k from the annealing path of centres grown from "
+                "the mean: use a string init and an annealed assignment ('entmax15' or "
+                "'softmax'), or give n_clusters as an int."
+            )
+        return min(int(self.max_clusters) + 1, n)
+
     def _initial_centres(
         self,
         framed: Framed,
@@ -234,6 +262,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         generator: torch.Generator,
         check: Interrupt,
         pool: BlockPool,
+        k: int,
     ) -> torch.Tensor:
         """Initial centres in the fit's frame (an ``init`` array is scaled, then its
         origin subtracted)."""
@@ -242,15 +271,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if self.init == "k-means++":
                 return kmeans_plusplus(
                     X,
-                    self.n_clusters,
+                    k,
                     sample_weight=w,
                     generator=generator,
                     x_sq=x_sq,
                     check=check,
                     pool=pool,
                 )
-            return random_init(X, self.n_clusters, sample_weight=w, generator=generator)
-        C = init_array(self.init, self.n_clusters, X.shape[1], X.device)
+            return random_init(X, k, sample_weight=w, generator=generator)
+        C = init_array(self.init, k, X.shape[1], X.device)
         return (C * scale - origin).to(X.dtype)
 
     def _grows_centres(self) -> bool:
@@ -291,7 +320,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self._validate_params()
         Xt, out_dtype = self._to_tensor(X, reset=True, dtype=_DTYPES[self.dtype])
         n = Xt.shape[0]
-        if n < self.n_clusters:
+        k = self._k_to_fit(n)
+        if n < k:
             raise ValueError(
                 f"n_samples={n} should be >= n_clusters={self.n_clusters}: "
                 f"ask for at most {n} clusters or provide more samples."
@@ -306,7 +336,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         framed = into_fit_frame(Xt, X, w, top)
         del Xt
         best = self._best_run(
-            framed, w, check_random_state(self.random_state), callback, interrupter(should_stop)
+            framed,
+            w,
+            k,
+            check_random_state(self.random_state),
+            callback,
+            interrupter(should_stop),
         )
         scale, origin = framed.scale, framed.origin
         del framed  # the fit's copy of X, before predict may make its own (see _store)
@@ -317,6 +352,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self,
         framed: Framed,
         w: torch.Tensor | None,
+        k: int,
         rng: np.random.RandomState,
         callback: Callback | None,
         check: Interrupt,
@@ -327,7 +363,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * framed.spread / Xt.shape[1]
         mean = framed.mean - framed.origin
-        params = self._params()
+        params = {**self._params(), "n_clusters": k}
         temperatures, cov = schedule_for(params, self._grows_centres(), Xt, w, mean, framed.scale)
         grow = bool(temperatures) and self._grows_centres()
         if not grow:
@@ -339,14 +375,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             annealing_budget(int(self.max_iter)),
         )
         with BlockPool(cpu_threads(Xt.device)) as pool:
-            chunk = self._chunk(Xt)
+            chunk = self._chunk(Xt, k)
+            auto = AutoK(int(self.max_clusters), self._k_criterion) if self._auto() else None
             n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
             best: SolverResult | None = None
             iterations_done = 0
             for run in range(n_init):
                 generator = torch.Generator(device=Xt.device)
                 generator.manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-                C0 = None if grow else self._initial_centres(framed, w, generator, check, pool)
+                C0 = None if grow else self._initial_centres(framed, w, generator, check, pool, k)
                 budget = Budget(
                     int(self.max_iter),
                     unscaled_callback(callback, framed.scale),
@@ -357,7 +394,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 passes = Workspace(
                     Xt,
                     w,
-                    self.n_clusters,
+                    k,
                     chunk,
                     framed.x_sq,
                     precision=self.matmul_precision,
@@ -365,7 +402,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     pool=pool,
                 )
                 ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
-                result = solve(ctx, schedule, C0, cov)
+                result = solve(ctx, schedule, C0, cov, auto)
                 iterations_done += result.n_iter
                 if best is None or result.inertia < best.inertia:
                     best = result
@@ -409,16 +446,36 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.n_iter_ = int(best.n_iter)
         self.sigma_ = squared_in_data_units(float(best.sigma), scale)
         self.history_ = [unscaled_record(record, scale) for record in best.history]
+        self.n_clusters_ = int(best.centres.shape[0])
+        self.k_path_ = [self._path_record(count, scale) for count in best.path]
         self.stopped_early_ = bool(best.stopped_early)
         self.converged_ = bool(best.converged)
-        distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters)))
-        if distinct < self.n_clusters:
+        distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters_)))
+        if distinct < self.n_clusters_:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
-                f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
+                f"n_clusters ({self.n_clusters_}). Possibly due to duplicate points in X.",
                 ConvergenceWarning,
                 stacklevel=3,
             )
+
+    def _path_record(self, count: PathCount, scale: float) -> KPathRecord:
+        """A count of the k path in the data's units."""
+
+        def unscaled(sigma: float | None) -> float | None:
+            return None if sigma is None else squared_in_data_units(float(sigma), scale)
+
+        centers = None
+        if count.centres is not None:
+            centres = (count.centres.double().cpu().numpy() + self._origin) / scale
+            centers = centres.astype(self.cluster_centers_.dtype)
+        return KPathRecord(
+            k=count.k,
+            sigma_appear=unscaled(count.sigma_appear),
+            sigma_split=unscaled(count.sigma_split),
+            inertia=unscaled(count.inertia),
+            centers=centers,
+        )
 
     @classmethod
     def from_centers(
@@ -458,6 +515,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         model.sigma_ = float(sigma)
         model.n_iter_ = 0
         model.history_ = []
+        model.n_clusters_ = int(array.shape[0])
+        model.k_path_ = []
         model.stopped_early_ = False
         model.converged_ = False  # no fit: nothing has converged
         return model
@@ -487,7 +546,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Yield ``(rows, D)`` distance blocks of ``X`` to the centres."""
         x_sq = squared_norms(X)
         c_sq = squared_norms(C)
-        for rows in iter_chunks(X.shape[0], self._chunk(X)):
+        for rows in iter_chunks(X.shape[0], self._chunk(X, C.shape[0])):
             yield rows, squared_distances(X[rows], C, x_sq[rows], c_sq)
 
     def _labels_inertia(self, X: Any, sample_weight: Any = None) -> tuple[np.ndarray, float]:
@@ -495,7 +554,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         (the same operations on the same blocks), so ``labels_ == predict(X)``."""
         Xt, C, _ = self._predict_inputs(X)
         w = sample_weights(sample_weight, Xt)
-        last_pass = Workspace(Xt, w, self.n_clusters, self._chunk(Xt))
+        k = C.shape[0]
+        last_pass = Workspace(Xt, w, k, self._chunk(Xt, k))
         inertia = last_pass.hard_labels(C)
         return last_pass.labels.cpu().numpy(), squared_in_data_units(inertia, self._scale)
 
