@@ -22,10 +22,12 @@ from .context import FitContext
 from .device import resolve_device
 from .distances import squared_distances, squared_norms
 from .frame import (
+    COSINE_SCALE,
     Framed,
     centred,
     into_fit_frame,
     max_abs,
+    onto_sphere,
     power_of_two_scale,
     scaled,
     squared_in_data_units,
@@ -333,7 +335,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 f"(|x| up to {torch.finfo(Xt.dtype).max:.3g}); fit with dtype='float64'."
             )
         w = sample_weights(sample_weight, Xt)
-        framed = into_fit_frame(Xt, X, w, top)
+        framed = onto_sphere(Xt, X, w) if self._cosine() else into_fit_frame(Xt, X, w, top)
         del Xt
         best = self._best_run(
             framed,
@@ -347,6 +349,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         del framed  # the fit's copy of X, before predict may make its own (see _store)
         self._store(best, scale, origin, X, sample_weight, out_dtype)
         return self
+
+    def _cosine(self) -> bool:
+        """Whether the fit compares rows by direction (``metric="cosine"``)."""
+        return self.metric == "cosine"
+
+    def _squared_scale(self, scale: float) -> float:
+        """The scale of squared quantities (inertias, temperatures): the data's, or for
+        a cosine fit that of ``1 - cos``, half the squared distance on the sphere."""
+        return scale * COSINE_SCALE if self._cosine() else scale
 
     def _best_run(
         self,
@@ -364,7 +375,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         tol = float(self.tol) * framed.spread / Xt.shape[1]
         mean = framed.mean - framed.origin
         params = {**self._params(), "n_clusters": k}
-        temperatures, cov = schedule_for(params, self._grows_centres(), Xt, w, mean, framed.scale)
+        dscale = self._squared_scale(framed.scale)
+        temperatures, cov = schedule_for(params, self._grows_centres(), Xt, w, mean, dscale)
         grow = bool(temperatures) and self._grows_centres()
         if not grow:
             cov = None  # only a grown fit's first twin uses the covariance
@@ -386,7 +398,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 C0 = None if grow else self._initial_centres(framed, w, generator, check, pool, k)
                 budget = Budget(
                     int(self.max_iter),
-                    unscaled_callback(callback, framed.scale),
+                    unscaled_callback(callback, dscale),
                     offset=run / n_init,
                     scale=1.0 / n_init,
                     iteration_offset=iterations_done,
@@ -401,6 +413,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     check=check,
                     pool=pool,
                 )
+                passes.sphere = self._cosine()
                 ctx = FitContext(passes, budget, tol, generator, verbose=bool(self.verbose))
                 result = solve(ctx, schedule, C0, cov, auto)
                 iterations_done += result.n_iter
@@ -429,6 +442,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 stacklevel=3,
             )
         self._scale = scale
+        self._dscale = dscale = self._squared_scale(scale)
         self._origin = origin.cpu().numpy()
         self._centred_centers = best.centres.cpu().numpy()
         self.cluster_centers_ = (
@@ -438,16 +452,16 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             # predict would repeat the solver's last pass operation for operation (same
             # centred data, centres and blocks): its labels are predict(X).
             self.labels_ = best.labels.cpu().numpy()
-            self.inertia_ = squared_in_data_units(float(best.inertia), scale)
+            self.inertia_ = squared_in_data_units(float(best.inertia), dscale)
         else:
             # A wider inference precision: labels and inertia through predict's own path,
             # so that labels_ == predict(X) holds exactly.
             self.labels_, self.inertia_ = self._labels_inertia(X, sample_weight)
         self.n_iter_ = int(best.n_iter)
-        self.sigma_ = squared_in_data_units(float(best.sigma), scale)
-        self.history_ = [unscaled_record(record, scale) for record in best.history]
+        self.sigma_ = squared_in_data_units(float(best.sigma), dscale)
+        self.history_ = [unscaled_record(record, dscale) for record in best.history]
         self.n_clusters_ = int(best.centres.shape[0])
-        self.k_path_ = [self._path_record(count, scale) for count in best.path]
+        self.k_path_ = [self._path_record(count, scale, dscale) for count in best.path]
         self.stopped_early_ = bool(best.stopped_early)
         self.converged_ = bool(best.converged)
         distinct = int(np.count_nonzero(np.bincount(self.labels_, minlength=self.n_clusters_)))
@@ -459,11 +473,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 stacklevel=3,
             )
 
-    def _path_record(self, count: PathCount, scale: float) -> KPathRecord:
-        """A count of the k path in the data's units."""
+    def _path_record(self, count: PathCount, scale: float, dscale: float) -> KPathRecord:
+        """A count of the k path in the data's units (``dscale``: of squared quantities)."""
 
         def unscaled(sigma: float | None) -> float | None:
-            return None if sigma is None else squared_in_data_units(float(sigma), scale)
+            return None if sigma is None else squared_in_data_units(float(sigma), dscale)
 
         centers = None
         if count.centres is not None:
@@ -486,8 +500,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         sigma: float = 0.0,
         device: str = "cpu",
         dtype: str | None = None,
+        metric: str = "euclidean",
     ) -> RBFKMeans:
-        """A fitted estimator with the given centres (to predict without refitting)."""
+        """A fitted estimator with the given centres (to predict without refitting);
+        with ``metric="cosine"`` the centres are taken as directions."""
         array = np.asarray(centers)
         if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
             raise ValueError(f"centers must be a non-empty 2D array, got shape {array.shape}")
@@ -502,14 +518,21 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             assignment=assignment,
             device=device,
             dtype=dtype or ("float64" if array.dtype == np.float64 else "float32"),
+            metric=metric,
         )
         model._validate_params()
+        if model._cosine():
+            norms = np.linalg.norm(array, axis=1, keepdims=True)
+            if not (norms > 0).all():
+                raise ValueError("centers of norm 0 have no direction for metric='cosine'")
+            array = array / norms
         if dtype is not None:
             array = array.astype(_NUMPY_DTYPES[model.dtype])
         model.cluster_centers_ = np.ascontiguousarray(array)
         model._scale = power_of_two_scale(float(np.abs(array).max()), _DTYPES[model.dtype])
         scaled = array.astype(np.float64) * model._scale
-        model._origin = scaled.mean(axis=0)
+        model._origin = np.zeros(array.shape[1]) if model._cosine() else scaled.mean(axis=0)
+        model._dscale = model._squared_scale(model._scale)
         model._centred_centers = (scaled - model._origin).astype(_NUMPY_DTYPES[model.dtype])
         model.n_features_in_ = int(array.shape[1])
         model.sigma_ = float(sigma)
@@ -534,6 +557,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64))
             C = (C.to(Xt.device) * self._scale - mean).to(wide)
+        if self._cosine():
+            return onto_sphere(Xt.to(wide), X, None).X, C, out_dtype
         return centred(scaled(Xt.to(wide), X, self._scale), X, mean), C, out_dtype
 
     def _inference_dtype(self, input_dtype: np.dtype) -> torch.dtype:
@@ -557,7 +582,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         k = C.shape[0]
         last_pass = Workspace(Xt, w, k, self._chunk(Xt, k))
         inertia = last_pass.hard_labels(C)
-        return last_pass.labels.cpu().numpy(), squared_in_data_units(inertia, self._scale)
+        return last_pass.labels.cpu().numpy(), squared_in_data_units(inertia, self._dscale)
 
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre for each sample (int64)."""
@@ -568,11 +593,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return self.fit(X, sample_weight=sample_weight).labels_
 
     def transform(self, X: Any) -> np.ndarray:
-        """Euclidean distances to every centre, shape (n_samples, n_clusters)."""
+        """Distances to every centre, shape (n_samples, n_clusters): Euclidean, or
+        ``1 - cos`` with ``metric="cosine"``."""
         Xt, C, out_dtype = self._predict_inputs(X)
         out = torch.empty((Xt.shape[0], C.shape[0]), dtype=Xt.dtype, device=Xt.device)
         for rows, D in self._blocks(Xt, C):
-            out[rows] = times_power_of_two(D.sqrt_(), 1.0 / self._scale)
+            if self._cosine():
+                out[rows] = D / 2.0  # 1 - cos
+            else:
+                out[rows] = times_power_of_two(D.sqrt_(), 1.0 / self._scale)
         return out.cpu().numpy().astype(out_dtype, copy=False)
 
     def soft_assign(self, X: Any, sigma: float | None = None) -> sp.csr_matrix:
@@ -585,7 +614,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if not (math.isfinite(sigma) and sigma >= 0):
             raise ValueError(f"sigma must be a finite float >= 0, got {sigma}")
         Xt, C, out_dtype = self._predict_inputs(X)
-        sigma = sigma * self._scale * self._scale  # a squared distance, in the fit's frame
+        sigma = sigma * self._dscale * self._dscale  # a squared distance, in the fit's frame
         assignment = self.assignment if self.assignment in ASSIGNMENTS else "hard"
         blocks = [
             to_csr_block(responsibilities(D, sigma, assignment).responsibilities, C.shape[0])

@@ -84,6 +84,8 @@ def solve(
         C = (X.mean(dim=0) if w is None else (w.unsqueeze(1) * X).sum(dim=0) / w.sum())[None]
     else:
         C = C0.clone()
+    if ws.sphere:
+        C = C / C.norm(dim=1, keepdim=True).clamp_min(torch.finfo(C.dtype).tiny)
     sigma = 0.0
     if schedule.temperatures:
         start = Twins(C, ws.k, ctx.generator, ws.check) if C0 is None else C
@@ -99,7 +101,8 @@ def solve(
         ws.k = k if chosen else min(auto.max_clusters, C.shape[0])
         C = chosen[0] if chosen else C[: ws.k]  # no count settled: the budget ran out
     C, converged = lloyd(ctx, C)
-    if schedule.temperatures and converged:
+    if schedule.temperatures and converged and not ws.sphere:
+        # The local search prices its moves by Euclidean means; spherical fits skip it.
         C = refine(ctx, C)
     inertia = ws.hard_labels(C)
     labels = ws.labels.clone()
