@@ -4,8 +4,9 @@ A grown fit passes through 1, 2, ... centres by phase transitions (see
 :mod:`~rbfkm_engine.twins`); each count lives from the temperature at which it appeared
 to the one at which one of its clusters split again. :class:`PathRecorder` notes those
 transitions and the centres of each count just before it split (its coldest annealed
-state); :func:`settle_path` then gives every count a short Lloyd finish from those centres,
-its inertia, cluster masses and the labels of a seeded sample of rows, which is all the
+state); :func:`settle_path` then gives every count a short Lloyd finish from those centres
+(or from the coldest centres merged down to its count, whichever ends lower), its
+inertia, cluster masses and the labels of a seeded sample of rows, which is all the
 criteria of :mod:`~rbfkm_engine.choose_k` need: one fit instead of one per ``k``.
 
 Everything here is in the fit's frame; :mod:`~rbfkm_engine.model` converts to the data's
@@ -127,24 +128,72 @@ def settle_path(
     path: list[PathCount],
     tol: float,
     generator: torch.Generator | None,
+    coldest: torch.Tensor,
 ) -> torch.Tensor:
     """Give each count with centres a short Lloyd finish (at most
     :data:`PATH_LLOYD_ITERATIONS`), its inertia, weighted sizes and the labels of a
     seeded sample of rows; returns that sample's row indices.
 
-    Runs after the fit's own last pass: it reuses the workspace's labels and buffers.
+    Each count is finished from two starts, and keeps the lower inertia: its centres as
+    annealing left them, and the ``coldest`` centres (the most the fit grew) merged down
+    to its count by Ward's rule (:func:`ward_levels`). Annealing may split a cluster
+    before the one that merges two (a twin pair that drifts apart at a temperature where
+    it would later fall back together); merging the coldest centres gives the same count
+    the partition the finer structure implies. Runs after the fit's own last pass: it
+    reuses the workspace's labels and buffers.
     """
     n = ws.X.shape[0]
     sample = _sample_rows(n, generator, ws.X.device)
+    settled = [count.k for count in path if count.centres is not None]
+    if not settled:
+        return sample
+    ws.hard_labels(coldest)
+    masses = torch.bincount(ws.labels, weights=ws.w, minlength=coldest.shape[0]).double()
+    merged = ward_levels(coldest, masses, max(settled))
+    if ws.sphere:  # merged directions, back on the sphere
+        merged = {k: C / C.norm(dim=1, keepdim=True) for k, C in merged.items()}
     for count in path:
         if count.centres is None:
             continue
-        C = settle(ws, count.centres, tol)
-        count.centres = C
-        count.inertia = ws.hard_labels(C)
+        best = None
+        for start in (count.centres, merged.get(count.k)):
+            if start is None:
+                continue
+            C = settle(ws, start, tol)
+            inertia = ws.hard_labels(C)
+            if best is None or inertia < best[1]:
+                best = (C, inertia)
+        assert best is not None
+        count.centres, count.inertia = best
+        ws.hard_labels(count.centres)  # the labels of the kept start
         count.sizes = torch.bincount(ws.labels, weights=ws.w, minlength=C.shape[0]).double()
         count.sample_labels = ws.labels[sample].clone()
     return sample
+
+
+def ward_levels(C: torch.Tensor, masses: torch.Tensor, up_to: int) -> dict[int, torch.Tensor]:
+    """``C`` merged pair by pair, the pair whose merge raises the inertia least first
+    (Ward: ``M_a M_b / (M_a + M_b) ||c_a - c_b||^2``, the merged centre their weighted
+    mean); the centres at every count up to ``up_to``. Centres of no mass are dropped."""
+    keep = masses > 0
+    centres, mass = C[keep].double(), masses[keep]
+    levels: dict[int, torch.Tensor] = {}
+    while centres.shape[0] >= 1:
+        m = centres.shape[0]
+        if m <= up_to:
+            levels[m] = centres.to(C.dtype)
+        if m == 1:
+            break
+        d2 = torch.cdist(centres, centres).pow_(2)
+        cost = d2 * (mass[:, None] * mass[None, :]) / (mass[:, None] + mass[None, :])
+        cost.fill_diagonal_(torch.inf)
+        a, b = divmod(int(torch.argmin(cost)), m)
+        total = mass[a] + mass[b]
+        merged = (mass[a] * centres[a] + mass[b] * centres[b]) / total
+        rest = [i for i in range(m) if i not in (a, b)]
+        centres = torch.cat([centres[rest], merged[None]])
+        mass = torch.cat([mass[rest], total[None]])
+    return levels
 
 
 def settle(ws: Workspace, C: torch.Tensor, tol: float) -> torch.Tensor:
