@@ -95,7 +95,7 @@ def solve(
     path: list[PathCount] = []
     if auto is not None:
         path = ctx.path.counts(C, auto.max_clusters)
-        sample = settle_path(ws, path, ctx.tol, ctx.generator)
+        sample = settle_path(ws, path, ctx.tol, ctx.generator, C)
         k = choose(auto.criterion, path, auto.max_clusters, ws.X[sample], ws.total_weight)
         chosen = [count.centres for count in path if count.k == k and count.centres is not None]
         ws.k = k if chosen else min(auto.max_clusters, C.shape[0])
@@ -108,7 +108,7 @@ def solve(
     labels = ws.labels.clone()
     if auto is None:
         path = ctx.path.counts(C, ws.k)
-        settle_path(ws, path, ctx.tol, ctx.generator)
+        settle_path(ws, path, ctx.tol, ctx.generator, C)
     return SolverResult(
         centres=C,
         labels=labels,
