@@ -134,9 +134,9 @@ def settle_path(
     :data:`PATH_LLOYD_ITERATIONS`), its inertia, weighted sizes and the labels of a
     seeded sample of rows; returns that sample's row indices.
 
-    Each count is finished from two starts, and keeps the lower inertia: its centres as
-    annealing left them, and the ``coldest`` centres (the most the fit grew) merged down
-    to its count by Ward's rule (:func:`ward_levels`). Annealing may split a cluster
+    Each count is finished from the lower-inertia of two starts: its centres as annealing
+    left them, and the ``coldest`` centres (the most the fit grew) merged down to its
+    count by Ward's rule (:func:`ward_levels`). Annealing may split a cluster
     before the one that merges two (a twin pair that drifts apart at a temperature where
     it would later fall back together); merging the coldest centres gives the same count
     the partition the finer structure implies. Runs after the fit's own last pass: it
@@ -155,17 +155,11 @@ def settle_path(
     for count in path:
         if count.centres is None:
             continue
-        best = None
-        for start in (count.centres, merged.get(count.k)):
-            if start is None:
-                continue
-            C = settle(ws, start, tol)
-            inertia = ws.hard_labels(C)
-            if best is None or inertia < best[1]:
-                best = (C, inertia)
-        assert best is not None
-        count.centres, count.inertia = best
-        ws.hard_labels(count.centres)  # the labels of the kept start
+        starts = [C for C in (count.centres, merged.get(count.k)) if C is not None]
+        start = min(starts, key=ws.hard_labels) if len(starts) > 1 else starts[0]
+        C = settle(ws, start, tol)
+        count.centres = C
+        count.inertia = ws.hard_labels(C)
         count.sizes = torch.bincount(ws.labels, weights=ws.w, minlength=C.shape[0]).double()
         count.sample_labels = ws.labels[sample].clone()
     return sample
