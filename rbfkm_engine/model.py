@@ -73,9 +73,16 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default=8
+    n_clusters : int or "auto", default=8
+        ``"auto"`` chooses ``k <= max_clusters`` from the k path of one annealed fit
+        (:mod:`~rbfkm_engine.choose_k`); ``n_clusters_`` says which.
+    max_clusters : int, default=10
+        The largest ``k`` that ``n_clusters="auto"`` may choose.
     assignment : {"entmax15", "softmax", "hard"}, default="entmax15"
         The responsibility map. ``"hard"`` is plain Lloyd from the initial centres.
+    metric : {"euclidean", "cosine"}, default="euclidean"
+        ``"cosine"``: spherical K-Means on the rows' directions, ``1 - cos`` in place of
+        the squared distance (inertia, temperatures and ``transform`` in those units).
     sigma0 : float or "auto", default="auto"
         First temperature. ``"auto"``: 1.1 x the critical temperature of ``m`` coincident
         centres, ``2 lambda_max`` for softmax and ``2 sqrt(m) lambda_max`` for entmax15
@@ -135,6 +142,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         phase moved the centres by less than ``tol`` (``False`` when ``max_iter`` ran out
         or the callback stopped the fit before that; ``False`` for :meth:`from_centers`)
     stopped_early_ : bool, whether the fit callback stopped the fit
+    n_clusters_ : int, the number of centres fitted
+    k_path_ : list of :class:`~rbfkm_engine.kpath.KPathRecord`, one per count of centres
+        annealing reached: ``k, sigma_appear, sigma_split, inertia, centers``
 
     Examples
     --------
