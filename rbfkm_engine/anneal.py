@@ -76,6 +76,8 @@ def anneal(
         start = _launch(ctx, state, schedule, covariance)
         if start:
             sigma_reached = temperatures[start - 1]
+    if isinstance(state, Twins) and ctx.path is not None and temperatures:
+        ctx.path.start(temperatures[0], state.centres.shape[0])
     warm = False
     for t, sigma in enumerate(temperatures[start:], start):
         if ctx.budget.n_iter >= schedule.budget_iter or ctx.budget.stopped:
@@ -85,7 +87,10 @@ def anneal(
         record(ctx.history, sigma, stats, iters)
         warm = True
         if isinstance(state, Twins):
+            before = state.centres
             warm = not state.after_temperature(state.radii(den, stats.spread))
+            if ctx.path is not None:
+                ctx.path.change(sigma, before, state.centres.shape[0])
         ctx.say(
             "sigma={:.4g} iters={} centres={} J={:.6g} inertia={:.6g} nnz/row={:.3g} soft={}",
             sigma,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .kpath import PathRecorder
 from .passes import Workspace
 from .progress import Budget
 
@@ -17,7 +18,8 @@ class FitContext:
     ``passes`` holds the data (``X``, weights, squared norms) in the fit's frame (scaled
     and centred by :mod:`~rbfkm_engine.frame`; the phases never see the data's own units)
     and makes the blocked passes over it. ``tol`` is absolute: the sum over centres of the
-    squared centre shift at which an iteration counts as converged.
+    squared centre shift at which an iteration counts as converged. ``path`` notes the
+    counts of centres a grown fit passes through (:mod:`~rbfkm_engine.kpath`).
     """
 
     passes: Workspace
@@ -26,6 +28,8 @@ class FitContext:
     generator: torch.Generator | None = None
     history: list[dict[str, float]] = field(default_factory=list)
     verbose: bool = False
+    #: Notes the counts of centres annealing passes through (the k path).
+    path: PathRecorder | None = None
 
     def say(self, template: str, *args: object) -> None:
         """Print ``template.format(*args)`` when the fit is verbose (formatted only then:

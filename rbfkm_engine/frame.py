@@ -161,6 +161,29 @@ class Framed:
     spread: float  # the weighted mean squared distance to the mean (the total variance)
 
 
+#: Squared distances on the unit sphere are twice the cosine distance ``1 - cos``: a cosine
+#: fit runs on them and reports in cosine units, as if its squared scale were 2.
+COSINE_SCALE = math.sqrt(2.0)
+
+
+def onto_sphere(
+    Xt: torch.Tensor, source: Any, w: torch.Tensor | None, reducer: Reducer = LOCAL
+) -> Framed:
+    """``Xt`` with every row divided by its norm (a cosine fit's frame: neither scaled
+    nor centred); a ``ValueError`` names the first row of norm 0, which has no direction."""
+    norms = Xt.norm(dim=1, keepdim=True)
+    zero = torch.nonzero(norms.squeeze(1) == 0)
+    if zero.numel():
+        raise ValueError(
+            f"row {int(zero[0])} of X has norm 0 and no direction, so metric='cosine' "
+            "cannot place it: drop such rows or use metric='euclidean'."
+        )
+    Xt = Xt / norms if may_share_memory(Xt, source) else Xt.div_(norms)
+    mean = weighted_mean(Xt, w, reducer)
+    spread = max(1.0 - float(mean.square().sum()), 0.0)
+    return Framed(Xt, squared_norms(Xt), 1.0, torch.zeros_like(mean), mean, spread)
+
+
 def into_fit_frame(
     Xt: torch.Tensor,
     source: Any,

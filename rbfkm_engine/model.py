@@ -17,14 +17,17 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .anneal import Schedule
 from .assign import responsibilities, to_csr_block
 from .blocks import block_budget, default_chunk_rows, iter_chunks
+from .choose_k import CRITERIA
 from .context import FitContext
 from .device import resolve_device
 from .distances import squared_distances, squared_norms
 from .frame import (
+    COSINE_SCALE,
     Framed,
     centred,
     into_fit_frame,
     max_abs,
+    onto_sphere,
     power_of_two_scale,
     scaled,
     squared_in_data_units,
@@ -41,12 +44,13 @@ from .inputs import (
     is_empty_shard,
     sample_weights,
 )
+from .kpath import KPathRecord, PathCount
 from .parallel import BlockPool, cpu_threads
 from .params import ASSIGNMENTS, DTYPES, PARAMETER_CONSTRAINTS, validate_params
 from .passes import Workspace
 from .progress import Budget, Callback, Interrupt, StopCheck, interrupter
 from .reducer import LOCAL, Reducer
-from .solver import SolverResult, annealing_budget, solve
+from .solver import AutoK, SolverResult, annealing_budget, solve
 from .temperature import (
     iterations_per_temperature,
     schedule_for,
@@ -77,9 +81,16 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default=8
+    n_clusters : int or "auto", default=8
+        ``"auto"`` chooses ``k <= max_clusters`` from the k path of one annealed fit
+        (:mod:`~rbfkm_engine.choose_k`); ``n_clusters_`` says which.
+    max_clusters : int, default=10
+        The largest ``k`` that ``n_clusters="auto"`` may choose.
     assignment : {"entmax15", "softmax", "hard"}, default="entmax15"
         The responsibility map. ``"hard"`` is plain Lloyd from the initial centres.
+    metric : {"euclidean", "cosine"}, default="euclidean"
+        ``"cosine"``: spherical K-Means on the rows' directions, ``1 - cos`` in place of
+        the squared distance (inertia, temperatures and ``transform`` in those units).
     sigma0 : float or "auto", default="auto"
         First temperature. ``"auto"``: 1.1 x the critical temperature of ``m`` coincident
         centres, ``2 lambda_max`` for softmax and ``2 sqrt(m) lambda_max`` for entmax15
@@ -139,6 +150,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         phase moved the centres by less than ``tol`` (``False`` when ``max_iter`` ran out
         or the callback stopped the fit before that; ``False`` for :meth:`from_centers`)
     stopped_early_ : bool, whether the fit callback stopped the fit
+    n_clusters_ : int, the number of centres fitted
+    k_path_ : list of :class:`~rbfkm_engine.kpath.KPathRecord`, one per count of centres
+        annealing reached: ``k, sigma_appear, sigma_split, inertia, centers``
 
     Examples
     --------
@@ -151,12 +165,17 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = PARAMETER_CONSTRAINTS
+    #: The criterion ``n_clusters="auto"`` chooses ``k`` by (see
+    #: :mod:`~rbfkm_engine.choose_k`); the others are there to be compared with it.
+    _k_criterion = CRITERIA[0]
 
     def __init__(
         self,
-        n_clusters: int = 8,
+        n_clusters: int | str = 8,
         *,
+        max_clusters: int = 10,
         assignment: str = "entmax15",
+        metric: str = "euclidean",
         sigma0: float | str = "auto",
         sigma_min: float | str = "auto",
         cooling: float = 0.8,
@@ -171,11 +190,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         random_state: int | np.random.RandomState | None = None,
         verbose: bool = False,
     ) -> None:
-        # Fifteen parameters, past the engine's guide of eight: scikit-learn's estimator
+        # Seventeen parameters, past the engine's guide of eight: scikit-learn's estimator
         # API wants every hyper-parameter as a keyword of __init__, stored as given
         # (get_params, set_params, clone and the estimator checks rely on it).
         self.n_clusters = n_clusters
+        self.max_clusters = max_clusters
         self.assignment = assignment
+        self.metric = metric
         self.sigma0 = sigma0
         self.sigma_min = sigma_min
         self.cooling = cooling
@@ -238,14 +259,33 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         target = dtype or (torch.float64 if X.dtype == torch.float64 else torch.float32)
         return X.detach().to(device=device, dtype=target).contiguous(), out_dtype
 
-    def _chunk(self, X: torch.Tensor) -> int:
-        """Rows per block: the ``chunk_size`` parameter, else cache- and budget-sized."""
+    def _chunk(self, X: torch.Tensor, k: int) -> int:
+        """Rows per block against ``k`` centres: the ``chunk_size`` parameter, else cache-
+        and budget-sized."""
         if self.chunk_size is not None:
             return int(self.chunk_size)
-        k, d, item = self.n_clusters, X.shape[1], X.element_size()
+        d, item = X.shape[1], X.element_size()
         return default_chunk_rows(k, d, item, X.device, block_budget(X.device))
 
     # ------------------------------------------------------------------ fitting
+    def _auto(self) -> bool:
+        """Whether ``k`` is chosen from the annealing path (``n_clusters="auto"``)."""
+        return self.n_clusters == "auto"
+
+    def _k_to_fit(self, n: int) -> int:
+        """The centres a run anneals to: ``n_clusters``, or with ``"auto"`` one more than
+        ``max_clusters`` (so that every count it may choose has split again), at most
+        ``n``."""
+        if not self._auto():
+            return int(self.n_clusters)
+        if not self._grows_centres() or self.assignment == "hard":
+            raise ValueError(
+                "n_clusters='auto' chooses k from the annealing path of centres grown from "
+                "the mean: use a string init and an annealed assignment ('entmax15' or "
+                "'softmax'), or give n_clusters as an int."
+            )
+        return min(int(self.max_clusters) + 1, n)
+
     def _initial_centres(
         self,
         framed: Framed,
@@ -254,6 +294,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         check: Interrupt,
         pool: BlockPool,
         reducer: Reducer,
+        k: int,
     ) -> torch.Tensor:
         """Initial centres in the fit's frame (an ``init`` array is scaled, then its
         origin subtracted); the same on every rank of a data-parallel fit."""
@@ -262,7 +303,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if self.init == "k-means++":
                 return kmeans_plusplus(
                     X,
-                    self.n_clusters,
+                    k,
                     sample_weight=w,
                     generator=generator,
                     x_sq=x_sq,
@@ -270,10 +311,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     pool=pool,
                     reducer=reducer,
                 )
-            return random_init(
-                X, self.n_clusters, sample_weight=w, generator=generator, reducer=reducer
-            )
-        C = init_array(self.init, self.n_clusters, X.shape[1], X.device)
+            return random_init(X, k, sample_weight=w, generator=generator, reducer=reducer)
+        C = init_array(self.init, k, X.shape[1], X.device)
         return (C * scale - origin).to(X.dtype)
 
     def _grows_centres(self) -> bool:
@@ -330,7 +369,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         reducer.same_everywhere(Xt.shape[1], "number of features")
         reducer.same_everywhere(int(out_dtype == np.float64), "input precision (float64: 1)")
         n = sum(reducer.gather_ints(Xt.shape[0]))
-        if n < self.n_clusters:
+        k = self._k_to_fit(n)
+        if n < k:
             raise ValueError(
                 f"n_samples={n} should be >= n_clusters={self.n_clusters}: "
                 f"ask for at most {n} clusters or provide more samples."
@@ -344,11 +384,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w = sample_weights(sample_weight, Xt, shard=reducer.active)
         if reducer.active:  # every rank takes part, weighted or not
             check_total_weight(reducer.sum_floats(Xt.shape[0] if w is None else float(w.sum()))[0])
-        framed = into_fit_frame(Xt, X, w, top, reducer)
+        if self._cosine():
+            framed = onto_sphere(Xt, X, w, reducer)
+        else:
+            framed = into_fit_frame(Xt, X, w, top, reducer)
         del Xt
         best = self._best_run(
             framed,
             w,
+            k,
             check_random_state(self.random_state),
             reducer.on_rank0(callback),
             interrupter(should_stop),
@@ -359,10 +403,20 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self._store(best, scale, origin, X, sample_weight, out_dtype, reducer)
         return self
 
+    def _cosine(self) -> bool:
+        """Whether the fit compares rows by direction (``metric="cosine"``)."""
+        return self.metric == "cosine"
+
+    def _squared_scale(self, scale: float) -> float:
+        """The scale of squared quantities (inertias, temperatures): the data's, or for
+        a cosine fit that of ``1 - cos``, half the squared distance on the sphere."""
+        return scale * COSINE_SCALE if self._cosine() else scale
+
     def _best_run(
         self,
         framed: Framed,
         w: torch.Tensor | None,
+        k: int,
         rng: np.random.RandomState,
         callback: Callback | None,
         check: Interrupt,
@@ -375,9 +429,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * framed.spread / Xt.shape[1]
         mean = framed.mean - framed.origin
-        params = self._params()
+        params = {**self._params(), "n_clusters": k}
+        dscale = self._squared_scale(framed.scale)
         temperatures, cov = schedule_for(
-            params, self._grows_centres(), Xt, w, mean, framed.scale, reducer
+            params, self._grows_centres(), Xt, w, mean, dscale, reducer
         )
         grow = bool(temperatures) and self._grows_centres()
         if not grow:
@@ -389,7 +444,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             annealing_budget(int(self.max_iter)),
         )
         with BlockPool(cpu_threads(Xt.device)) as pool:
-            chunk = self._chunk(Xt)
+            chunk = self._chunk(Xt, k)
+            auto = AutoK(int(self.max_clusters), self._k_criterion) if self._auto() else None
             n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
             best: SolverResult | None = None
             iterations_done = 0
@@ -400,11 +456,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 C0 = (
                     None
                     if grow
-                    else self._initial_centres(framed, w, generator, check, pool, reducer)
+                    else self._initial_centres(framed, w, generator, check, pool, reducer, k)
                 )
                 budget = Budget(
                     int(self.max_iter),
-                    unscaled_callback(callback, framed.scale),
+                    unscaled_callback(callback, dscale),
                     offset=run / n_init,
                     scale=1.0 / n_init,
                     iteration_offset=iterations_done,
@@ -412,7 +468,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 passes = Workspace(
                     Xt,
                     w,
-                    self.n_clusters,
+                    k,
                     chunk,
                     framed.x_sq,
                     precision=self.matmul_precision,
@@ -420,9 +476,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     pool=pool,
                     reducer=reducer,
                 )
+                passes.sphere = self._cosine()
                 verbose = bool(self.verbose) and reducer.rank == 0
                 ctx = FitContext(passes, budget, tol, generator, verbose=verbose)
-                result = solve(ctx, schedule, C0, cov)
+                result = solve(ctx, schedule, C0, cov, auto)
                 iterations_done += result.n_iter
                 if best is None or result.inertia < best.inertia:
                     best = result
@@ -451,6 +508,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 stacklevel=3,
             )
         self._scale = scale
+        self._dscale = dscale = self._squared_scale(scale)
         self._origin = origin.cpu().numpy()
         self._centred_centers = best.centres.cpu().numpy()
         self.cluster_centers_ = (
@@ -460,26 +518,46 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             # predict would repeat the solver's last pass operation for operation (same
             # centred data, centres and blocks): its labels are predict(X).
             self.labels_ = best.labels.cpu().numpy()
-            self.inertia_ = squared_in_data_units(float(best.inertia), scale)
+            self.inertia_ = squared_in_data_units(float(best.inertia), dscale)
         else:
             # A wider inference precision: labels and inertia through predict's own path,
             # so that labels_ == predict(X) holds exactly.
             self.labels_, inertia = self._labels_inertia(X, sample_weight, reducer.active)
             self.inertia_ = reducer.sum_floats(inertia)[0]
         self.n_iter_ = int(best.n_iter)
-        self.sigma_ = squared_in_data_units(float(best.sigma), scale)
-        self.history_ = [unscaled_record(record, scale) for record in best.history]
+        self.sigma_ = squared_in_data_units(float(best.sigma), dscale)
+        self.history_ = [unscaled_record(record, dscale) for record in best.history]
+        self.n_clusters_ = int(best.centres.shape[0])
+        self.k_path_ = [self._path_record(count, scale, dscale) for count in best.path]
         self.stopped_early_ = bool(best.stopped_early)
         self.converged_ = bool(best.converged)
-        counts = torch.from_numpy(np.bincount(self.labels_, minlength=self.n_clusters))
+        counts = torch.from_numpy(np.bincount(self.labels_, minlength=self.n_clusters_))
         distinct = int(torch.count_nonzero(reducer.sum(counts)))
-        if distinct < self.n_clusters:
+        if distinct < self.n_clusters_:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
-                f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
+                f"n_clusters ({self.n_clusters_}). Possibly due to duplicate points in X.",
                 ConvergenceWarning,
                 stacklevel=3,
             )
+
+    def _path_record(self, count: PathCount, scale: float, dscale: float) -> KPathRecord:
+        """A count of the k path in the data's units (``dscale``: of squared quantities)."""
+
+        def unscaled(sigma: float | None) -> float | None:
+            return None if sigma is None else squared_in_data_units(float(sigma), dscale)
+
+        centers = None
+        if count.centres is not None:
+            centres = (count.centres.double().cpu().numpy() + self._origin) / scale
+            centers = centres.astype(self.cluster_centers_.dtype)
+        return KPathRecord(
+            k=count.k,
+            sigma_appear=unscaled(count.sigma_appear),
+            sigma_split=unscaled(count.sigma_split),
+            inertia=unscaled(count.inertia),
+            centers=centers,
+        )
 
     @classmethod
     def from_centers(
@@ -490,8 +568,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         sigma: float = 0.0,
         device: str = "cpu",
         dtype: str | None = None,
+        metric: str = "euclidean",
     ) -> RBFKMeans:
-        """A fitted estimator with the given centres (to predict without refitting)."""
+        """A fitted estimator with the given centres (to predict without refitting);
+        with ``metric="cosine"`` the centres are taken as directions."""
         array = np.asarray(centers)
         if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
             raise ValueError(f"centers must be a non-empty 2D array, got shape {array.shape}")
@@ -506,19 +586,28 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             assignment=assignment,
             device=device,
             dtype=dtype or ("float64" if array.dtype == np.float64 else "float32"),
+            metric=metric,
         )
         model._validate_params()
+        if model._cosine():
+            norms = np.linalg.norm(array, axis=1, keepdims=True)
+            if not (norms > 0).all():
+                raise ValueError("centers of norm 0 have no direction for metric='cosine'")
+            array = array / norms
         if dtype is not None:
             array = array.astype(_NUMPY_DTYPES[model.dtype])
         model.cluster_centers_ = np.ascontiguousarray(array)
         model._scale = power_of_two_scale(float(np.abs(array).max()), _DTYPES[model.dtype])
         scaled = array.astype(np.float64) * model._scale
-        model._origin = scaled.mean(axis=0)
+        model._origin = np.zeros(array.shape[1]) if model._cosine() else scaled.mean(axis=0)
+        model._dscale = model._squared_scale(model._scale)
         model._centred_centers = (scaled - model._origin).astype(_NUMPY_DTYPES[model.dtype])
         model.n_features_in_ = int(array.shape[1])
         model.sigma_ = float(sigma)
         model.n_iter_ = 0
         model.history_ = []
+        model.n_clusters_ = int(array.shape[0])
+        model.k_path_ = []
         model.stopped_early_ = False
         model.converged_ = False  # no fit: nothing has converged
         return model
@@ -538,6 +627,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             C = torch.from_numpy(np.asarray(self.cluster_centers_, dtype=np.float64))
             C = (C.to(Xt.device) * self._scale - mean).to(wide)
+        if self._cosine():
+            return onto_sphere(Xt.to(wide), X, None).X, C, out_dtype
         return centred(scaled(Xt.to(wide), X, self._scale), X, mean), C, out_dtype
 
     def _inference_dtype(self, input_dtype: np.dtype) -> torch.dtype:
@@ -550,7 +641,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Yield ``(rows, D)`` distance blocks of ``X`` to the centres."""
         x_sq = squared_norms(X)
         c_sq = squared_norms(C)
-        for rows in iter_chunks(X.shape[0], self._chunk(X)):
+        for rows in iter_chunks(X.shape[0], self._chunk(X, C.shape[0])):
             yield rows, squared_distances(X[rows], C, x_sq[rows], c_sq)
 
     def _labels_inertia(
@@ -560,9 +651,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         (the same operations on the same blocks), so ``labels_ == predict(X)``."""
         Xt, C, _ = self._predict_inputs(X, allow_empty)
         w = sample_weights(sample_weight, Xt)
-        last_pass = Workspace(Xt, w, self.n_clusters, self._chunk(Xt))
+        k = C.shape[0]
+        last_pass = Workspace(Xt, w, k, self._chunk(Xt, k))
         inertia = last_pass.hard_labels(C)
-        return last_pass.labels.cpu().numpy(), squared_in_data_units(inertia, self._scale)
+        return last_pass.labels.cpu().numpy(), squared_in_data_units(inertia, self._dscale)
 
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre for each sample (int64)."""
@@ -573,11 +665,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return self.fit(X, sample_weight=sample_weight).labels_
 
     def transform(self, X: Any) -> np.ndarray:
-        """Euclidean distances to every centre, shape (n_samples, n_clusters)."""
+        """Distances to every centre, shape (n_samples, n_clusters): Euclidean, or
+        ``1 - cos`` with ``metric="cosine"``."""
         Xt, C, out_dtype = self._predict_inputs(X)
         out = torch.empty((Xt.shape[0], C.shape[0]), dtype=Xt.dtype, device=Xt.device)
         for rows, D in self._blocks(Xt, C):
-            out[rows] = times_power_of_two(D.sqrt_(), 1.0 / self._scale)
+            if self._cosine():
+                out[rows] = D / 2.0  # 1 - cos
+            else:
+                out[rows] = times_power_of_two(D.sqrt_(), 1.0 / self._scale)
         return out.cpu().numpy().astype(out_dtype, copy=False)
 
     def soft_assign(self, X: Any, sigma: float | None = None) -> sp.csr_matrix:
@@ -590,7 +686,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if not (math.isfinite(sigma) and sigma >= 0):
             raise ValueError(f"sigma must be a finite float >= 0, got {sigma}")
         Xt, C, out_dtype = self._predict_inputs(X)
-        sigma = sigma * self._scale * self._scale  # a squared distance, in the fit's frame
+        sigma = sigma * self._dscale * self._dscale  # a squared distance, in the fit's frame
         assignment = self.assignment if self.assignment in ASSIGNMENTS else "hard"
         blocks = [
             to_csr_block(responsibilities(D, sigma, assignment).responsibilities, C.shape[0])

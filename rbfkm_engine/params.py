@@ -22,6 +22,9 @@ from .device import DEVICE_HELP, is_device_name
 
 #: The responsibility maps, by name.
 ASSIGNMENTS = ("entmax15", "softmax", "hard")
+#: The dissimilarities, by name: squared Euclidean distance, or ``1 - cos`` between
+#: directions (spherical K-Means).
+METRICS = ("euclidean", "cosine")
 #: The compute precisions, by name.
 DTYPES = ("float32", "float64")
 #: Input precisions of the hard passes' distance products on CUDA, named as
@@ -157,8 +160,10 @@ TEMPERATURE: list[Constraint] = [Interval("real", 0.0, None, closed="neither"), 
 
 #: What each of ``RBFKMeans``'s parameters may be.
 PARAMETER_CONSTRAINTS: dict[str, list[Constraint]] = {
-    "n_clusters": [Interval("int", 1, None)],
+    "n_clusters": [Interval("int", 1, None), Options(("auto",))],
+    "max_clusters": [Interval("int", 2, None)],
     "assignment": [Options(ASSIGNMENTS)],
+    "metric": [Options(METRICS)],
     "sigma0": TEMPERATURE,
     "sigma_min": TEMPERATURE,
     "cooling": [Interval("real", 0.0, 1.0, closed="neither")],

@@ -87,6 +87,9 @@ class Workspace:
         # whether they run in float32 now whatever it is (Lloyd confirms its fixed points).
         self.precision = precision
         self.exact_products = True
+        # Cosine fits: the rows are unit vectors and every M-step puts the centres back on
+        # the sphere (their squared distances are then 2 (1 - cos)).
+        self.sphere = False
         # Hard passes over every row at once (GPUs: no host synchronisation per block)
         # rather than block by cache-sized block with hints (CPUs).
         self.whole_passes = X.device.type != "cpu"
@@ -347,6 +350,8 @@ class Workspace:
         annealing) an empty centre stays where it is.
         """
         C_new = num / den.clamp_min(torch.finfo(den.dtype).tiny).unsqueeze(1)
+        if self.sphere:  # spherical K-Means: the mean's direction
+            C_new = C_new / C_new.norm(dim=1, keepdim=True).clamp_min(torch.finfo(C.dtype).tiny)
         empty = den <= 0
         n_empty = int(empty.sum())
         if n_empty and not reseed:

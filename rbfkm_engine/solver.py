@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from .anneal import LLOYD_SHARE, Schedule, anneal
+from .choose_k import CRITERIA, choose
 from .context import FitContext
+from .kpath import PATH_CENTRES_LIMIT, PathCount, PathRecorder, settle_path
 from .lloyd import lloyd
 from .local_search import refine
 from .twins import Twins
@@ -38,6 +40,17 @@ class SolverResult:
     history: list[dict[str, float]] = field(default_factory=list)
     converged: bool = True
     stopped_early: bool = False
+    path: list[PathCount] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AutoK:
+    """``n_clusters="auto"``: choose ``k <= max_clusters`` from the path by ``criterion``
+    (see :mod:`~rbfkm_engine.choose_k`); the run anneals to ``max_clusters + 1`` centres
+    so that every count it may choose has split again."""
+
+    max_clusters: int
+    criterion: str = CRITERIA[0]
 
 
 def annealing_budget(max_iter: int) -> int:
@@ -50,33 +63,56 @@ def solve(
     schedule: Schedule,
     C0: torch.Tensor | None,
     covariance: torch.Tensor | None = None,
+    auto: AutoK | None = None,
 ) -> SolverResult:
     """Anneal over ``schedule`` (no temperatures: plain Lloyd from ``C0``), Lloyd to a fixed
     point, then the local search when annealed.
 
     ``C0=None`` grows the centres from the weighted mean (see :mod:`~rbfkm_engine.twins`);
     otherwise annealing starts from ``C0``. ``covariance``: the data's weighted covariance,
-    when the caller has it (see :func:`~rbfkm_engine.anneal.anneal`).
+    when the caller has it (see :func:`~rbfkm_engine.anneal.anneal`). ``auto``: choose the
+    number of centres from the annealing path before the Lloyd finish. The result's
+    ``path`` holds the counts of centres annealing passed through, each settled by a short
+    Lloyd finish (:mod:`~rbfkm_engine.kpath`), after the fit's own last pass.
     """
     ws = ctx.passes
+    if ctx.path is None:
+        limit = ws.k if auto is not None else min(ws.k, PATH_CENTRES_LIMIT)
+        ctx.path = PathRecorder(limit)
     C = ws.mean() if C0 is None else C0.clone()
+    if ws.sphere:
+        C = C / C.norm(dim=1, keepdim=True).clamp_min(torch.finfo(C.dtype).tiny)
     sigma = 0.0
     if schedule.temperatures:
         start = Twins(C, ws.k, ctx.generator, ws.check) if C0 is None else C
         C, sigma = anneal(ctx, schedule, start, covariance)
     if C.shape[0] < ws.k:  # no schedule (constant data): seed the rest, then Lloyd
         C = ws.add_farthest(C, ws.k - C.shape[0])
+    path: list[PathCount] = []
+    if auto is not None:
+        path = ctx.path.counts(C, auto.max_clusters)
+        sample = settle_path(ws, path, ctx.tol, ctx.generator, C)
+        k = choose(auto.criterion, path, auto.max_clusters, ws.X[sample], ws.total_weight)
+        chosen = [count.centres for count in path if count.k == k and count.centres is not None]
+        ws.k = k if chosen else min(auto.max_clusters, C.shape[0])
+        C = chosen[0] if chosen else C[: ws.k]  # no count settled: the budget ran out
     C, converged = lloyd(ctx, C)
-    if schedule.temperatures and converged:
+    if schedule.temperatures and converged and not ws.sphere:
+        # The local search prices its moves by Euclidean means; spherical fits skip it.
         C = refine(ctx, C)
     inertia = ws.hard_labels(C)
+    labels = ws.labels.clone()
+    if auto is None:
+        path = ctx.path.counts(C, ws.k)
+        settle_path(ws, path, ctx.tol, ctx.generator, C)
     return SolverResult(
         centres=C,
-        labels=ws.labels.clone(),
+        labels=labels,
         inertia=inertia,
         n_iter=ctx.budget.n_iter,
         sigma=sigma,
         history=ctx.history,
         converged=converged,
         stopped_early=ctx.budget.stopped,
+        path=path,
     )

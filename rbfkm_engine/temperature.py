@@ -18,6 +18,18 @@ where ``J = g (I - 11^T / k) / k``. The collapsed state loses stability when
   ``sigma_c = 2 lambda_max`` (Rose's deterministic annealing);
 - entmax15: with ``s = sqrt(p)``, ``J = diag(s) - s s^T / sum(s)``; at ``p = 1/k`` this is
   ``(I - 11^T/k) / sqrt(k)``, so ``g = sqrt(k)`` and ``sigma_c = 2 sqrt(k) lambda_max``.
+
+On the sphere (``metric="cosine"``, unit rows, centres renormalised by every M-step) the
+collapsed state is the mean direction ``u = m / r``, ``m`` the weighted mean of the rows and
+``r = ||m||``. Perturb ``c_j = u + e_j`` with ``e_j`` tangent (``u . e_j = 0``); the scores
+``<x_i, c_j> / sigma_cos`` change by ``<x_i, e_j> / sigma_cos``, and the M-step's sum
+``W (m + (g / sigma_cos) S (e_j - mean_l e_l)) / k`` (``S`` the second moment of the rows)
+is divided by its length ``W r / k`` when renormalised. Its tangent part is
+``e_j <- (g / (sigma_cos r)) P Cov_w P (e_j - mean_l e_l)``, ``P = I - u u^T`` (``P m = 0``,
+so ``P S P = P Cov_w P``). So ``sigma_c = g lambda_max(P Cov_w P) / r`` in units of
+``1 - cos``: the flat formula with the covariance of the tangent plane, amplified by
+``1 / r`` (a spread-out direction field splits hotter), and twice that in the squared
+distances ``||x - c||^2 = 2 (1 - cos)`` the fit runs on (:func:`sphere_lambda`).
 """
 
 from __future__ import annotations
@@ -44,6 +56,16 @@ SIGMA_MIN_RATIO = 1e-4
 #: Annealing spends enough fixed-point iterations per temperature that the temperature
 #: falls by at most this factor per iteration (see :func:`iterations_per_temperature`).
 COOLING_PER_ITERATION = 0.8
+
+
+def sphere_lambda(cov: torch.Tensor, mean: torch.Tensor) -> float:
+    """The ``lambda_max`` a cosine fit's temperatures use: ``lambda_max(P Cov_w P) / r``
+    (module docstring), ``r`` the length of the rows' mean, floored at ``1e-3`` (rows spread
+    evenly over the sphere have no mean direction)."""
+    r = float(mean.norm())
+    u = mean / max(r, 1e-300)
+    P = torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device) - torch.outer(u, u)
+    return largest_eigenvalue(P @ cov @ P) / max(r, 1e-3)
 
 
 def critical_temperature(lambda_max: float, n_clusters: int, assignment: str) -> float:
@@ -166,15 +188,20 @@ def schedule_for(
     if assignment == "hard":
         return [], None
     needs_lambda = params["sigma0"] == "auto" or params["sigma_min"] == "auto"
+    sphere = params.get("metric") == "cosine"
     cov = None
     lambda_max = 1.0
     if needs_lambda:
         n_total = sum(reducer.gather_ints(X.shape[0]))
         if covariance_fits(n_total, X.shape[1]):
             cov = weighted_covariance(X, w, mean, reducer)
-            lambda_max = largest_eigenvalue(cov)
+            lambda_max = sphere_lambda(cov, mean) if sphere else largest_eigenvalue(cov)
         else:
             lambda_max = data_largest_eigenvalue(X, w, mean, reducer)
+            if sphere:  # the flat covariance bounds the tangent plane's
+                lambda_max /= max(float(mean.norm()), 1e-3)
+        if sphere:
+            cov = None  # the linearised first twin is the flat map's
         if lambda_max <= 0.0:
             return [], None  # constant data: nothing to anneal
     coincident = min(2, k) if grows else k

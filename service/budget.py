@@ -40,13 +40,21 @@ class JobMemory:
         return self.fit.total + self.dataset + self.result
 
 
+def fitted_clusters(params: Any) -> int:
+    """The centres a job's fit holds: ``n_clusters``, or with ``"auto"`` the
+    ``max_clusters + 1`` it anneals to."""
+    if params["n_clusters"] == "auto":
+        return int(params.get("max_clusters", 10)) + 1
+    return int(params["n_clusters"])
+
+
 def job_memory(
     n_samples: int, n_features: int, itemsize: int, params: Any, threads: int = 1
 ) -> JobMemory:
     """The memory a job with these engine ``params`` (a mapping with ``n_clusters`` and
     ``assignment``) takes on a dataset of this shape and item size, on a worker fitting on
     ``threads`` CPU threads."""
-    k, assignment = int(params["n_clusters"]), str(params.get("assignment", "entmax15"))
+    k, assignment = fitted_clusters(params), str(params.get("assignment", "entmax15"))
     per_row = k if assignment == "softmax" else min(k, _SPARSE_NONZEROS)
     return JobMemory(
         fit=fit_memory(n_samples, n_features, k, assignment=assignment, threads=threads),

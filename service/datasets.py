@@ -27,6 +27,7 @@ from service.errors import DatasetNotFound
 from service.settings import Settings
 from service.tenants import DEFAULT_TENANT
 from service.uploads import Parsed, Upload, parse
+from service.weights import load_weights, take_weight_column, weights_path
 
 
 def dataset_path(data_dir: Path | str, dataset_id: str) -> Path:
@@ -35,6 +36,11 @@ def dataset_path(data_dir: Path | str, dataset_id: str) -> Path:
     if not is_safe_id(dataset_id):
         raise DatasetNotFound(dataset_id)
     return Path(data_dir) / "datasets" / f"{dataset_id}.npy"
+
+
+def dataset_weights(data_dir: Path | str, dataset_id: str) -> np.ndarray | None:
+    """The sample weights of a dataset, ``None`` when it has none."""
+    return load_weights(dataset_path(data_dir, dataset_id))
 
 
 def load_dataset(data_dir: Path | str, dataset_id: str) -> np.ndarray:
@@ -93,22 +99,35 @@ class DatasetStore:
         return dataset_path(self.data_dir, dataset_id)
 
     def create(
-        self, upload: Upload, media: str, name: str | None, tenant: str = DEFAULT_TENANT
+        self,
+        upload: Upload,
+        media: str,
+        name: str | None,
+        tenant: str = DEFAULT_TENANT,
+        weight_column: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Parse, validate and store a spooled body as ``tenant``'s; `(dataset, created)`.
 
         The same bytes with the same `name` argument, parsed the same way, uploaded again by
         the same tenant return the stored dataset with `created=False`. The spooled file is
-        consumed either way.
+        consumed either way. ``weight_column``: the column of sample weights
+        (:mod:`service.weights`), taken out of the features.
         """
-        sha_key = self._sha_key(upload.sha256, name, media, tenant)
+        parsing = media if weight_column is None else f"{media};weights={weight_column}"
+        sha_key = self._sha_key(upload.sha256, name, parsing, tenant)
         try:
             existing = self._find_same(sha_key)
             if existing is not None:
                 return existing, False
             parsed = parse(upload.path, media)
+            weights = None
+            if weight_column is not None:
+                parsed, weights = take_weight_column(parsed, weight_column)
             dataset_id = uuid.uuid4().hex
             path = self.path(dataset_id)
+            if weights is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                np.save(weights_path(path), weights, allow_pickle=False)
             self._write(parsed, upload.path, path)
             array = parsed.array
             meta = {
@@ -122,6 +141,7 @@ class DatasetStore:
                 "stored_bytes": path.stat().st_size,
                 "created_at": utc_now().isoformat(),
                 "tenant": tenant,
+                "weight_column": weight_column,
             }
             self._save(meta, sha_key)
             return meta, True
@@ -169,6 +189,7 @@ class DatasetStore:
             "stored_bytes": int(meta.get("stored_bytes") or meta["size_bytes"]),
             "created_at": meta["created_at"],
             "tenant": meta.get("tenant") or DEFAULT_TENANT,
+            "weight_column": meta.get("weight_column") or None,
         }
 
     def get(self, dataset_id: str) -> dict[str, Any] | None:
@@ -228,6 +249,7 @@ class DatasetStore:
         pipe.zrem(self._index(tenant), dataset_id)
         pipe.execute()
         self.path(dataset_id).unlink(missing_ok=True)
+        weights_path(self.path(dataset_id)).unlink(missing_ok=True)
         return True
 
     def _forget(self, dataset_id: str, tenant: str | None) -> None:
@@ -238,6 +260,7 @@ class DatasetStore:
             removed += self.client.zrem(self._index(tenant), dataset_id)
         if removed:
             self.path(dataset_id).unlink(missing_ok=True)
+            weights_path(self.path(dataset_id)).unlink(missing_ok=True)
 
     def load(self, dataset_id: str) -> np.ndarray:
         """The dataset's array, memory-mapped."""

@@ -63,11 +63,20 @@ class Exposed:
 
 #: The engine parameters a job may set, in the order the API documents them.
 EXPOSED: dict[str, Exposed] = {
-    "n_clusters": Exposed("k, the number of clusters; at most the dataset's n_samples."),
+    "n_clusters": Exposed(
+        "k, the number of clusters, at most the dataset's n_samples; or `auto`: chosen "
+        "from the annealing path of one fit (at most `max_clusters`)."
+    ),
+    "max_clusters": Exposed("With `n_clusters: auto`, the largest k it may choose.", 10, cap=1000),
     "assignment": Exposed(
         "Responsibilities: `entmax15` (sparse soft), `softmax` (dense soft) or `hard` "
         "(Lloyd's K-Means).",
         "entmax15",
+    ),
+    "metric": Exposed(
+        "`euclidean` (squared distances) or `cosine` (`1 - cos`: spherical K-Means, rows "
+        "compared by direction).",
+        "euclidean",
     ),
     "sigma0": Exposed("Starting temperature; `auto` derives it from the data.", "auto"),
     "sigma_min": Exposed("Final temperature; `auto` derives it from the data.", "auto"),
@@ -229,6 +238,8 @@ class EngineFields(BaseModel):
         """Initial centres must be n_clusters rows of equal, non-zero length."""
         if isinstance(value, list):
             k = info.data.get("n_clusters")  # absent when n_clusters itself is invalid
+            if k == "auto":
+                raise ValueError("initial centres need an int n_clusters; 'auto' grows them")
             if k is not None and len(value) != k:
                 raise ValueError(f"init has {len(value)} rows; it needs n_clusters={k}")
             widths = {len(row) for row in value}

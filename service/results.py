@@ -37,6 +37,20 @@ if TYPE_CHECKING:
 _ATTEMPT = re.compile(r"attempt-(\d+)")
 
 
+def k_path_entries(path: list[Any]) -> list[dict[str, Any]]:
+    """The k path of a fitted estimator as the result reports it: its records without
+    their centres."""
+    return [
+        {
+            "k": int(record.k),
+            "sigma_appear": record.sigma_appear,
+            "sigma_split": record.sigma_split,
+            "inertia": record.inertia,
+        }
+        for record in path
+    ]
+
+
 def _fsync_file(path: Path) -> None:
     with path.open("rb") as handle:
         os.fsync(handle.fileno())
@@ -81,7 +95,13 @@ class ResultStore:
         return attempts[-1][1]
 
     def save(self, job_id: str, model: RBFKMeans, X: Any, *, attempt: int = 1) -> dict[str, Any]:
-        """Write one attempt's result atomically; returns the metadata for the queue."""
+        """Write one attempt's result atomically; returns the metadata for the queue.
+
+        The summary carries the partition's quality metrics (:mod:`rbfkm_engine.quality`,
+        on ``X``) and the fit's k path without its centres.
+        """
+        from rbfkm_engine.quality import quality_metrics
+
         if attempt < 1:
             raise ValueError("attempt must be >= 1")
         directory = self.job_dir(job_id)
@@ -96,6 +116,7 @@ class ResultStore:
             np.save(staging / "labels.npy", labels)
             scipy.sparse.save_npz(staging / "assignments.npz", assignments, compressed=False)
             n_samples, n_features = int(labels.shape[0]), int(centroids.shape[1])
+            metrics = quality_metrics(X, labels, int(centroids.shape[0]))
             summary = jsonable(
                 {
                     "centroids": centroids,
@@ -104,9 +125,12 @@ class ResultStore:
                     "sigma": model.sigma_,
                     "history": list(getattr(model, "history_", [])),
                     "assignment": getattr(model, "assignment", "entmax15"),
+                    "metric": getattr(model, "metric", "euclidean"),
                     "n_samples": n_samples,
                     "n_features": n_features,
                     "n_clusters": int(centroids.shape[0]),
+                    "metrics": metrics,
+                    "k_path": k_path_entries(getattr(model, "k_path_", [])),
                     "stopped_early": bool(getattr(model, "stopped_early_", False)),
                     "converged": bool(getattr(model, "converged_", True)),
                     "device": str(getattr(model, "device", "cpu")),
@@ -197,6 +221,7 @@ class ResultStore:
             assignment=summary["assignment"],
             sigma=summary["sigma"],
             device="cpu",
+            metric=summary.get("metric", "euclidean"),  # older results: Euclidean
         )
 
     def delete(self, job_id: str) -> bool:

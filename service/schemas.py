@@ -107,6 +107,11 @@ class Dataset(BaseModel):
     stored_bytes: int = Field(description="Size of the stored array (what quotas count).")
     created_at: datetime
     tenant: str = Field(description="The tenant that owns the dataset.")
+    weight_column: str | None = Field(
+        default=None,
+        description="The upload's column of sample weights (`weight_column` on upload), "
+        "kept apart from the features; `null`: unweighted.",
+    )
 
 
 class Page(BaseModel):
@@ -288,6 +293,42 @@ class HistoryEntry(BaseModel):
     mean_nnz: float | None = None
 
 
+class ResultMetrics(BaseModel):
+    """Quality of the partition (internal indices: no ground truth needed); `null` where
+    undefined (fewer than 2 non-empty clusters, or one cluster per point)."""
+
+    sizes: list[int] = Field(description="Points per cluster, in the centroids' order.")
+    silhouette: float | None = Field(
+        default=None,
+        description="Mean silhouette on a seeded sample of at most 2 000 rows, in [-1, 1] "
+        "(higher is better).",
+    )
+    davies_bouldin: float | None = Field(
+        default=None, description="Davies-Bouldin index on all rows (lower is better)."
+    )
+    calinski_harabasz: float | None = Field(
+        default=None, description="Calinski-Harabasz index on all rows (higher is better)."
+    )
+
+
+class KPathEntry(BaseModel):
+    """One count of centres the annealing passed through."""
+
+    k: int
+    sigma_appear: float | None = Field(
+        default=None,
+        description="Temperature at which the count appeared (`null`: reached without annealing).",
+    )
+    sigma_split: float | None = Field(
+        default=None, description="Temperature at which it split again (`null` for the last)."
+    )
+    inertia: float | None = Field(
+        default=None,
+        description="Inertia after a short Lloyd finish from its centres (`null` beyond the "
+        "counts the fit settles).",
+    )
+
+
 ResultPart = Literal["centroids", "labels", "history"]
 RESULT_PARTS: tuple[str, ...] = ("centroids", "labels", "history")
 
@@ -329,6 +370,16 @@ class JobResult(BaseModel):
         "machine lacks runs on the worker's own.",
     )
     history: list[HistoryEntry] | None = None
+    n_clusters: int | None = Field(
+        default=None,
+        description="Clusters fitted: the job's `n_clusters`, or the k that `auto` chose.",
+    )
+    metrics: ResultMetrics | None = None
+    k_path: list[KPathEntry] | None = Field(
+        default=None,
+        description="The counts of centres annealing passed through (`n_clusters: auto` "
+        "chooses among them).",
+    )
 
 
 class SparseRows(BaseModel):

@@ -144,6 +144,8 @@ class Parsed:
     array: np.ndarray
     name: str | None = None
     in_place: bool = False
+    #: The columns' names, where the format names them (a CSV header row, Parquet).
+    columns: list[str] | None = None
 
 
 def parse(path: Path, media: str) -> Parsed:
@@ -343,7 +345,8 @@ def parse_csv(path: Path, header: bool | None = None) -> Parsed:
         raise _csv_problem(path, skip, header) from None
     if skip and array.size == 0:
         raise InvalidDataset("the CSV has a header row but no data rows")
-    return Parsed(np.ascontiguousarray(array))
+    columns = [field.strip() for field in first] if skip and first is not None else None
+    return Parsed(np.ascontiguousarray(array), columns=columns)
 
 
 def _npy_problem(path: Path) -> str:
@@ -450,7 +453,7 @@ def parse_parquet(path: Path) -> Parsed:
                 field=f"body.{table.column_names[j]}[{row}]",
             )
         out[:, j] = column.to_numpy()
-    return Parsed(out)
+    return Parsed(out, columns=list(table.column_names))
 
 
 @contextlib.contextmanager

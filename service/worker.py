@@ -47,7 +47,7 @@ import numpy as np
 import redis
 
 from service import threads as threads_module
-from service.datasets import load_dataset
+from service.datasets import dataset_weights, load_dataset
 from service.devices import DeviceLock, device_for_index, job_device, worker_device
 from service.errors import DatasetNotFound
 from service.logs import OutageLog
@@ -171,6 +171,7 @@ class Worker:
         timing: Timing = Timing(),  # frozen: one shared default is safe
         max_runtime_s: float | None = None,
         max_runtime_cap_s: float | None = None,
+        load_weights: Callable[[str], np.ndarray | None] | None = None,
     ) -> None:
         """``max_runtime_s``: the time limit of a job that stores none (one queued before
         jobs had limits; ``None``: no limit); ``max_runtime_cap_s``: the server's cap, which
@@ -178,6 +179,7 @@ class Worker:
         self.queue = queue
         self.results = results
         self.load_dataset = load_dataset
+        self.load_weights = load_weights
         self.device = worker_device(device)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         heartbeat_s = timing.heartbeat_s
@@ -280,6 +282,7 @@ class Worker:
         from rbfkm_engine.progress import FitInterrupted
 
         X = self.load_dataset(claim.dataset_id)
+        weights = None if self.load_weights is None else self.load_weights(claim.dataset_id)
         estimator = self.estimator or _default_estimator()
         model = estimator(
             **engine_params(claim.params), device=job_device(claim.params, self.device)
@@ -316,7 +319,7 @@ class Worker:
             return not keep_going
 
         try:
-            model.fit(X, callback=callback, should_stop=should_stop)
+            model.fit(X, sample_weight=weights, callback=callback, should_stop=should_stop)
         except FitInterrupted:
             return None, X
         return model, X
@@ -436,6 +439,7 @@ def run_worker_process(
             estimator=estimator,
             max_runtime_s=config.max_runtime_s,
             max_runtime_cap_s=config.max_runtime_cap_s,
+            load_weights=functools.partial(dataset_weights, config.data_dir),
         )
         worker.run(stop)
     finally:

@@ -80,6 +80,13 @@ class Result:
     sigma: float
     device: str | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: Clusters fitted (the ``k`` that ``n_clusters="auto"`` chose); None from older servers.
+    n_clusters: int | None = None
+    #: ``sizes``, ``silhouette``, ``davies_bouldin``, ``calinski_harabasz``.
+    metrics: dict[str, Any] | None = None
+    #: The counts of centres annealing passed through: ``k``, ``sigma_appear``,
+    #: ``sigma_split``, ``inertia``.
+    k_path: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Result:
@@ -88,6 +95,9 @@ class Result:
             centroids=np.asarray(body.get("centroids", []), dtype=np.float64),
             **scalars(body),
             history=list(body.get("history") or []),
+            n_clusters=body.get("n_clusters"),
+            metrics=body.get("metrics"),
+            k_path=list(body.get("k_path") or []),
         )
 
 

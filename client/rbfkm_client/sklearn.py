@@ -13,7 +13,9 @@ from rbfkm_client.client import DEFAULT_TIMEOUT_S, Client
 
 #: The engine's parameters the estimator passes on (None: the service's default).
 ENGINE_PARAMS: tuple[str, ...] = (
+    "max_clusters",
     "assignment",
+    "metric",
     "sigma0",
     "sigma_min",
     "cooling",
@@ -33,17 +35,20 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
     ``url`` and ``api_key`` as for :class:`rbfkm_client.Client`; the engine's parameters
     as for ``POST /v1/jobs`` (each None leaves the service's default). ``fit`` uploads
     ``X``, runs the job and reads the result: ``labels_``, ``cluster_centers_``,
-    ``inertia_``, ``n_iter_``, ``converged_``, ``sigma_``, and ``job_id_`` (the job that
+    ``inertia_``, ``n_iter_``, ``converged_``, ``sigma_``, ``n_clusters_`` (the ``k`` that
+    ``n_clusters="auto"`` chose), ``metrics_``, ``k_path_``, and ``job_id_`` (the job that
     ``predict`` asks to assign new points).
     """
 
     def __init__(
         self,
-        n_clusters: int = 8,
+        n_clusters: int | str = 8,
         *,
         url: str | None = None,
         api_key: str | None = None,
+        max_clusters: int | None = None,
         assignment: str | None = None,
+        metric: str | None = None,
         sigma0: float | str | None = None,
         sigma_min: float | str | None = None,
         cooling: float | None = None,
@@ -60,7 +65,9 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
         self.n_clusters = n_clusters
         self.url = url
         self.api_key = api_key
+        self.max_clusters = max_clusters
         self.assignment = assignment
+        self.metric = metric
         self.sigma0 = sigma0
         self.sigma_min = sigma_min
         self.cooling = cooling
@@ -95,6 +102,9 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
         self.sigma_ = result.sigma
+        self.n_clusters_ = len(result.centroids)
+        self.metrics_ = result.metrics
+        self.k_path_ = result.k_path
         self.n_features_in_ = result.centroids.shape[1]
         return self
 

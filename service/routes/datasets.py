@@ -62,6 +62,14 @@ async def create_dataset(
         str | None, Query(max_length=NAME_MAX_LENGTH, description="Name (for non-JSON bodies).")
     ] = None,
     header: CsvHeader = None,
+    weight_column: Annotated[
+        str | None,
+        Query(
+            max_length=NAME_MAX_LENGTH,
+            description="A column of sample weights (CSV with a header row, or Parquet): "
+            "taken out of the features, used by every fit on the dataset.",
+        ),
+    ] = None,
 ) -> dict:
     media = media_type(request.headers.get("content-type"), header)
     quota = tenants.quota(caller.tenant)
@@ -70,14 +78,12 @@ async def create_dataset(
     await run_in_threadpool(check_storage, caller.tenant, quota, datasets, queue, incoming)
     upload = await spool_body(request, uploads)
     try:
-        await run_in_threadpool(
-            check_storage, caller.tenant, quota, datasets, queue, upload.size
-        )
+        await run_in_threadpool(check_storage, caller.tenant, quota, datasets, queue, upload.size)
     except BaseException:
         upload.path.unlink(missing_ok=True)
         raise
     meta, created = await run_in_threadpool(
-        datasets.create, upload, media, name, caller.tenant
+        datasets.create, upload, media, name, caller.tenant, weight_column
     )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"

@@ -109,7 +109,7 @@ def _check_against_dataset(
             errors=[("body.dataset_id", "unknown dataset")],
         )
     n, d = meta["n_samples"], meta["n_features"]
-    if body.n_clusters > n:
+    if body.n_clusters != "auto" and body.n_clusters > n:
         raise ProblemError(
             422,
             f"n_clusters ({body.n_clusters}) exceeds n_samples ({n}) of dataset "
@@ -475,6 +475,9 @@ def get_result(
         body["labels"] = _listable(results.labels(job_id))
     if "history" in parts:
         body["history"] = _listable(summary.get("history", []))
+    for name in ("n_clusters", "metrics", "k_path"):  # older results: not recorded
+        if name in summary:
+            body[name] = summary[name]
     return JSONResponse(body, headers=VARY_ACCEPT)
 
 

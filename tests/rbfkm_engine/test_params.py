@@ -223,9 +223,9 @@ def test_valid_values_pass(name: str, value: object) -> None:
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("n_clusters", 0, "n_clusters must be an int >= 1; got 0"),
-        ("n_clusters", True, "n_clusters must be an int >= 1; got True"),
-        ("n_clusters", 2.0, "n_clusters must be an int >= 1; got 2.0"),
+        ("n_clusters", 0, "n_clusters must be an int >= 1 or 'auto'; got 0"),
+        ("n_clusters", True, "n_clusters must be an int >= 1 or 'auto'; got True"),
+        ("n_clusters", 2.0, "n_clusters must be an int >= 1 or 'auto'; got 2.0"),
         ("assignment", "kmeans", "assignment must be 'entmax15' or 'softmax' or 'hard'"),
         ("sigma0", 0.0, "sigma0 must be a float > 0 or 'auto'; got 0.0"),
         ("sigma_min", math.nan, "sigma_min must be a float > 0 or 'auto'; got nan"),
@@ -279,7 +279,9 @@ def test_fit_checks_its_parameters_against_the_table() -> None:
     X = np.arange(12.0).reshape(6, 2)
     with pytest.raises(InvalidParameterError, match="cooling must be a float in \\(0, 1\\)"):
         RBFKMeans(2, cooling=1.5, device="cpu").fit(X)
-    with pytest.raises(InvalidParameterError, match="n_clusters must be an int >= 1; got True"):
+    with pytest.raises(
+        InvalidParameterError, match="n_clusters must be an int >= 1 or 'auto'; got True"
+    ):
         RBFKMeans(True, device="cpu").fit(X)
 
 

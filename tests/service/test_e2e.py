@@ -132,7 +132,14 @@ def test_result_equals_the_engine_run_directly(live: Live, fitted: dict) -> None
         "sigma",
         "device",
         "history",
+        "n_clusters",
+        "metrics",
+        "k_path",
     }
+    assert result["n_clusters"] == 3
+    assert sum(result["metrics"]["sizes"]) == len(X)
+    assert set(result["metrics"]) == {"sizes", "silhouette", "davies_bouldin", "calinski_harabasz"}
+    assert [entry["k"] for entry in result["k_path"]][-1] == 3
     assert result["converged"] is True
     assert result["device"] == "cpu"
     direct = RBFKMeans(n_clusters=3, random_state=0, device="cpu").fit(X)
@@ -145,12 +152,51 @@ def test_result_equals_the_engine_run_directly(live: Live, fitted: dict) -> None
     assert len(result["history"]) == len(direct.history_)
 
 
+def test_auto_job_on_weighted_csv_over_http(live: Live) -> None:
+    """n_clusters "auto" with a weight column: the engine's choice, over HTTP."""
+    weights = np.ones(len(X))
+    weights[::2] = 2.0
+    rows = (f"{a},{b},{w}" for (a, b), w in zip(X, weights, strict=True))
+    csv = "x,y,w\n" + "\n".join(rows) + "\n"
+    response = live.http.post(
+        "/v1/datasets",
+        content=csv.encode(),
+        headers={"Content-Type": "text/csv"},
+        params={"weight_column": "w"},
+    )
+    assert response.status_code == 201, response.text
+    meta = response.json()
+    assert (meta["n_features"], meta["weight_column"]) == (2, "w")
+    job = submit(live, meta["id"], n_clusters="auto", max_clusters=6, random_state=0, device="cpu")
+    assert job["params"]["n_clusters"] == "auto"
+    done = wait_status(live, job["id"], FINISHED)
+    assert done["status"] == "succeeded", done
+    result = live.http.get(f"/v1/jobs/{job['id']}/result").json()
+    direct = RBFKMeans("auto", max_clusters=6, random_state=0, device="cpu")
+    direct.fit(X, sample_weight=weights)
+    assert result["n_clusters"] == direct.n_clusters_ == 3
+    assert len(result["centroids"]) == 3
+    assert result["inertia"] == pytest.approx(direct.inertia_, rel=1e-5)
+    path = result["k_path"]
+    assert [entry["k"] for entry in path] == [record.k for record in direct.k_path_]
+    assert set(path[0]) == {"k", "sigma_appear", "sigma_split", "inertia"}
+    assert path[-1]["k"] <= 6 and path[-1]["sigma_split"] is not None
+    metrics = result["metrics"]
+    assert sorted(metrics["sizes"]) == [100, 100, 100]
+    assert metrics["silhouette"] > 0.5 and metrics["davies_bouldin"] > 0
+    bad = live.http.post("/v1/jobs", json={"dataset_id": meta["id"], "n_clusters": "lots"})
+    assert "auto" in problem(bad, 422)["detail"]
+
+
 def test_result_include_and_exclude(live: Live, fitted: dict) -> None:
     path = f"/v1/jobs/{fitted['job']['id']}/result"
+    # The scalars, the metrics and the k path (small: no centres) are always sent.
+    always = {"inertia", "n_iter", "converged", "sigma", "device", "n_clusters", "metrics"}
+    always |= {"k_path"}
     only = live.http.get(path, params={"include": "centroids"}).json()
-    assert set(only) == {"centroids", "inertia", "n_iter", "converged", "sigma", "device"}
+    assert set(only) == {"centroids"} | always
     less = live.http.get(path, params=[("exclude", "labels"), ("exclude", "history")]).json()
-    assert set(less) == {"centroids", "inertia", "n_iter", "converged", "sigma", "device"}
+    assert set(less) == {"centroids"} | always
     assert (
         "labels" in problem(live.http.get(path, params={"include": "labels,nope"}), 422)["detail"]
     )

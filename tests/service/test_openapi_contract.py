@@ -130,8 +130,13 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
     (r"body(\.data\[\d+\])?", r"row \d+ has \d+ values but row \d+ has \d+"),
     # points to predict as wide as the model's dataset;
     (r"body", r"needs \d+ columns"),
-    # an idempotency key already used with another body.
+    # an idempotency key already used with another body;
     (r"header\.idempotency-key|body", r"already used"),
+    # a weight column the body names (and whose values are weights);
+    (r"query\.weight_column", r"needs named columns|names no column|only column"),
+    (r"body\.[^\[]+(\[\d+\])?", r"weights? (must be|is)|every weight is 0"),
+    # initial centres for a fixed number of clusters only.
+    (r"body\.init", r"initial centres need an int n_clusters"),
 )
 
 

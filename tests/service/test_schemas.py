@@ -16,11 +16,22 @@ LIMITS = Settings(max_runtime_s=120.0, max_runtime_cap_s=600.0)
 BASE = {"dataset_id": "d1", "n_clusters": 3}
 
 
+def test_n_clusters_may_be_auto() -> None:
+    params = JobCreate(dataset_id="d1", n_clusters="auto", max_clusters=6).params(LIMITS)
+    assert (params["n_clusters"], params["max_clusters"]) == ("auto", 6)
+    with pytest.raises(ValidationError, match="auto"):
+        JobCreate(dataset_id="d1", n_clusters="many")
+    with pytest.raises(ValidationError, match="int n_clusters"):
+        JobCreate(dataset_id="d1", n_clusters="auto", init=[[0.0, 1.0]])
+
+
 def test_defaults_mirror_the_engine() -> None:
     params = JobCreate(**BASE).params(LIMITS)
     assert params == {
         "n_clusters": 3,
+        "max_clusters": 10,
         "assignment": "entmax15",
+        "metric": "euclidean",
         "sigma0": "auto",
         "sigma_min": "auto",
         "cooling": 0.8,

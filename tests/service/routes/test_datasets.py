@@ -6,6 +6,7 @@ import io
 import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -18,7 +19,7 @@ from tests.service.conftest import assert_problem, blobs, npy_bytes, upload
 
 X = blobs(30, 2, 3)
 SPEC_DATASET_FIELDS = {"id", "name", "n_samples", "n_features", "dtype", "sha256", "size_bytes"}
-SPEC_DATASET_FIELDS |= {"created_at", "stored_bytes", "tenant"}
+SPEC_DATASET_FIELDS |= {"created_at", "stored_bytes", "tenant", "weight_column"}
 
 
 def test_upload_every_format(client: TestClient) -> None:
@@ -217,3 +218,52 @@ def test_file_errors_count_from_zero_in_our_words(
     assert needle in detail
     for hint in ("usecols", "at row", "EOF", "magic bytes not found"):
         assert hint not in detail, detail
+
+
+def test_a_weight_column_is_kept_apart(client: TestClient, settings) -> None:
+    weights = np.arange(1, 31, dtype=np.float64)
+    csv = "a,w,b\n" + "\n".join(f"{a},{w},{b}" for (a, b), w in zip(X, weights, strict=True))
+    headers = {"Content-Type": "text/csv"}
+    response = client.post(
+        "/v1/datasets", content=csv.encode(), headers=headers, params={"weight_column": "w"}
+    )
+    assert response.status_code == 201, response.text
+    meta = response.json()
+    assert (meta["n_features"], meta["weight_column"]) == (2, "w")
+    from service.datasets import dataset_weights, load_dataset
+
+    np.testing.assert_array_equal(dataset_weights(settings.data_dir, meta["id"]), weights)
+    np.testing.assert_allclose(load_dataset(settings.data_dir, meta["id"]), X)
+    plain = client.post("/v1/datasets", content=csv.encode(), headers=headers)
+    assert plain.json()["id"] != meta["id"] and plain.json()["n_features"] == 3
+
+
+def test_a_weight_column_of_parquet(client: TestClient) -> None:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1], "w": np.ones(30)}), buf)
+    headers = {"Content-Type": "application/vnd.apache.parquet"}
+    response = client.post(
+        "/v1/datasets", content=buf.getvalue(), headers=headers, params={"weight_column": "w"}
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["n_features"] == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "column", "says"),
+    [
+        (b"a,b\n1,2\n3,4\n", "text/csv", "w", "names no column"),
+        (b"1,2\n3,4\n", "text/csv", "w", "needs named columns"),
+        (b"a,w\n1,-2\n3,4\n", "text/csv", "w", "negative"),
+        (b"a,w\n1,0\n3,0\n", "text/csv", "w", "every weight is 0"),
+    ],
+)
+def test_bad_weight_columns_are_422(client, body, content_type, column, says) -> None:
+    response = client.post(
+        "/v1/datasets",
+        content=body,
+        headers={"Content-Type": content_type},
+        params={"weight_column": column},
+    )
+    assert response.status_code == 422, response.text
+    assert says in response.json()["detail"]

@@ -1,0 +1,213 @@
+"""The k path: every count of centres a grown fit reaches while annealing.
+
+A grown fit passes through 1, 2, ... centres by phase transitions (see
+:mod:`~rbfkm_engine.twins`); each count lives from the temperature at which it appeared
+to the one at which one of its clusters split again. :class:`PathRecorder` notes those
+transitions and the centres of each count just before it split (its coldest annealed
+state); :func:`settle_path` then gives every count a short Lloyd finish from those centres
+(or from the coldest centres merged down to its count, whichever ends lower), its
+inertia, cluster masses and the labels of a seeded sample of rows, which is all the
+criteria of :mod:`~rbfkm_engine.choose_k` need: one fit instead of one per ``k``.
+
+Everything here is in the fit's frame; :mod:`~rbfkm_engine.model` converts to the data's
+units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .passes import Workspace
+
+#: Lloyd iterations of a path count's finish (fewer once the centres stop moving).
+PATH_LLOYD_ITERATIONS = 10
+#: Counts of centres up to this many get centres and an inertia on the path of a fit
+#: with a fixed ``n_clusters`` (all of them with ``n_clusters="auto"``): the snapshots
+#: hold ``sum_k k`` centres, and each finish costs passes over the data.
+PATH_CENTRES_LIMIT = 64
+#: Rows of the seeded sample whose labels each count keeps (for a silhouette).
+PATH_SAMPLE_ROWS = 1000
+
+
+@dataclass(frozen=True)
+class KPathRecord:
+    """One count of centres on a fitted estimator's ``k_path_``, in the data's units.
+
+    ``k``: the count; ``sigma_appear``: the temperature at which annealing reached it
+    (``None`` when it was only reached by seeding, or for a fit that did not anneal);
+    ``sigma_split``: the temperature at which it split again (``None`` for the last);
+    ``inertia`` and ``centers``: after a short Lloyd finish from its annealed centres
+    (``None`` beyond the counts that keep centres, see :data:`PATH_CENTRES_LIMIT`).
+    """
+
+    k: int
+    sigma_appear: float | None
+    sigma_split: float | None
+    inertia: float | None
+    centers: Any = None
+
+    @property
+    def lifetime(self) -> float | None:
+        """``log(sigma_appear / sigma_split)``: the range of temperatures the count lives
+        over (``None`` unless it both appeared and split while annealing)."""
+        if self.sigma_appear is None or self.sigma_split is None:
+            return None
+        return math.log(self.sigma_appear / self.sigma_split)
+
+
+@dataclass
+class PathCount:
+    """One count of centres on the path, in the fit's frame.
+
+    ``sigma_appear``: the temperature at which the count appeared (``None``: it was only
+    reached by seeding after annealing); ``sigma_split``: the one at which it split again
+    (``None`` for the last). ``centres``, ``inertia``, ``sizes`` (weighted cluster masses)
+    and ``sample_labels`` come from the count's short Lloyd finish; ``None`` beyond
+    :data:`PATH_CENTRES_LIMIT`.
+    """
+
+    k: int
+    sigma_appear: float | None
+    sigma_split: float | None
+    centres: torch.Tensor | None = None
+    inertia: float | None = None
+    sizes: torch.Tensor | None = None
+    sample_labels: torch.Tensor | None = None
+
+
+class PathRecorder:
+    """Notes the transitions of the count of centres during annealing.
+
+    ``limit``: counts up to this many keep their centres. The count 1 (the weighted mean)
+    appears at the hottest temperature.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.appear: dict[int, float] = {}
+        self.split: dict[int, tuple[float, torch.Tensor | None]] = {}
+
+    def start(self, sigma: float, count: int) -> None:
+        """Annealing begins at ``sigma`` with ``count`` centres."""
+        self.appear.setdefault(count, sigma)
+
+    def change(self, sigma: float, before: torch.Tensor, count: int) -> None:
+        """After the temperature ``sigma`` the centres ``before`` became ``count``."""
+        m = before.shape[0]
+        if m == count:
+            return
+        # A merge (fewer centres) is no split: the count lives on until one of its
+        # clusters splits for good.
+        if count > m and m in self.appear and m not in self.split:
+            self.split[m] = (sigma, before.clone() if m <= self.limit else None)
+        self.appear.setdefault(count, sigma)
+
+    def counts(self, final: torch.Tensor, up_to: int) -> list[PathCount]:
+        """The counts reached, up to ``up_to`` centres, ending with the fit's own ``final``
+        centres when their count is among them (it has not split: ``sigma_split=None``)."""
+        k_final = final.shape[0]
+        path = []
+        for k in sorted(set(self.appear) | {k_final}):
+            if k > up_to:
+                break
+            if k == k_final:
+                keep = final if k <= self.limit else None
+                path.append(PathCount(k, self.appear.get(k), None, keep))
+            elif k in self.split:
+                sigma, centres = self.split[k]
+                path.append(PathCount(k, self.appear.get(k), sigma, centres))
+        return path
+
+
+def settle_path(
+    ws: Workspace,
+    path: list[PathCount],
+    tol: float,
+    generator: torch.Generator | None,
+    coldest: torch.Tensor,
+) -> torch.Tensor:
+    """Give each count with centres a short Lloyd finish (at most
+    :data:`PATH_LLOYD_ITERATIONS`), its inertia, weighted sizes and the labels of a
+    seeded sample of rows; returns that sample's row indices.
+
+    Each count is finished from the lower-inertia of two starts: its centres as annealing
+    left them, and the ``coldest`` centres (the most the fit grew) merged down to its
+    count by Ward's rule (:func:`ward_levels`). Annealing may split a cluster
+    before the one that merges two (a twin pair that drifts apart at a temperature where
+    it would later fall back together); merging the coldest centres gives the same count
+    the partition the finer structure implies. Runs after the fit's own last pass: it
+    reuses the workspace's labels and buffers.
+    """
+    n = ws.X.shape[0]
+    sample = _sample_rows(n, generator, ws.X.device)
+    settled = [count.k for count in path if count.centres is not None]
+    if not settled:
+        return sample
+    ws.hard_labels(coldest)
+    masses = torch.bincount(ws.labels, weights=ws.w, minlength=coldest.shape[0]).double()
+    merged = ward_levels(coldest, masses, max(settled))
+    if ws.sphere:  # merged directions, back on the sphere
+        merged = {k: C / C.norm(dim=1, keepdim=True) for k, C in merged.items()}
+    for count in path:
+        if count.centres is None:
+            continue
+        starts = [C for C in (count.centres, merged.get(count.k)) if C is not None]
+        start = min(starts, key=ws.hard_labels) if len(starts) > 1 else starts[0]
+        C = settle(ws, start, tol)
+        count.centres = C
+        count.inertia = ws.hard_labels(C)
+        count.sizes = torch.bincount(ws.labels, weights=ws.w, minlength=C.shape[0]).double()
+        count.sample_labels = ws.labels[sample].clone()
+    return sample
+
+
+def ward_levels(C: torch.Tensor, masses: torch.Tensor, up_to: int) -> dict[int, torch.Tensor]:
+    """``C`` merged pair by pair, the pair whose merge raises the inertia least first
+    (Ward: ``M_a M_b / (M_a + M_b) ||c_a - c_b||^2``, the merged centre their weighted
+    mean); the centres at every count up to ``up_to``. Centres of no mass are dropped."""
+    keep = masses > 0
+    centres, mass = C[keep].double(), masses[keep]
+    levels: dict[int, torch.Tensor] = {}
+    while centres.shape[0] >= 1:
+        m = centres.shape[0]
+        if m <= up_to:
+            levels[m] = centres.to(C.dtype)
+        if m == 1:
+            break
+        d2 = torch.cdist(centres, centres).pow_(2)
+        cost = d2 * (mass[:, None] * mass[None, :]) / (mass[:, None] + mass[None, :])
+        cost.fill_diagonal_(torch.inf)
+        a, b = divmod(int(torch.argmin(cost)), m)
+        total = mass[a] + mass[b]
+        merged = (mass[a] * centres[a] + mass[b] * centres[b]) / total
+        rest = [i for i in range(m) if i not in (a, b)]
+        centres = torch.cat([centres[rest], merged[None]])
+        mass = torch.cat([mass[rest], total[None]])
+    return levels
+
+
+def settle(ws: Workspace, C: torch.Tensor, tol: float) -> torch.Tensor:
+    """Up to :data:`PATH_LLOYD_ITERATIONS` Lloyd iterations from ``C`` (empty clusters
+    re-seeded, as Lloyd does); stops once the centres move less than ``tol``."""
+    for iteration in range(PATH_LLOYD_ITERATIONS):
+        num, den, _ = ws.step(C, 0.0, "hard", warm=iteration > 0)
+        C_new, _ = ws.update(C, num, den)
+        shift = float(((C_new - C) ** 2).sum())
+        C = C_new
+        if shift <= tol:
+            break
+    return C
+
+
+def _sample_rows(n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """Indices of at most :data:`PATH_SAMPLE_ROWS` distinct rows, drawn by the fit's
+    generator (all rows when there are no more)."""
+    if n <= PATH_SAMPLE_ROWS:
+        return torch.arange(n, device=device)
+    gen_device = device if generator is None else generator.device
+    order = torch.randperm(n, generator=generator, device=gen_device)
+    return order[:PATH_SAMPLE_ROWS].to(device)
