@@ -34,9 +34,12 @@ from service.errors import (
     InvalidIdempotencyKey,
     JobTooLarge,
     NotAcceptable,
+    NotConfigured,
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
+    SourceUnreadable,
+    UnsafeUrl,
     UnsupportedMediaType,
     UploadInterrupted,
 )
@@ -90,6 +93,9 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     # nginx's "client closed request": nobody reads it, but logs and metrics count it apart.
     UploadInterrupted: _Problem(CLIENT_CLOSED_REQUEST, "client-closed-request"),
     JobTooLarge: _Problem(422, "job-too-large"),
+    UnsafeUrl: _Problem(422, "unsafe-url"),
+    SourceUnreadable: _Problem(422, "source-unreadable"),
+    NotConfigured: _Problem(422, "not-configured"),
     QuotaExceeded: _Problem(429, "quota-exceeded", retry=True),
 }
 

@@ -39,6 +39,7 @@ from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint, idempotent_job_id
 from service.jobs import UNFINISHED, JobStatus
 from service.problems import RETRY_AFTER, ProblemError
+from service.remote import store_options
 from service.routes.bodies import (
     DATASET_BODY,
     CsvHeader,
@@ -62,6 +63,7 @@ from service.settings import Settings
 from service.tenants import Caller
 from service.threads import most_worker_threads
 from service.uploads import media_type, parsed_upload
+from service.webhooks import check_callback
 
 router = APIRouter(
     prefix="/v1/jobs",
@@ -128,6 +130,14 @@ def _check_against_dataset(
     check_job_memory(meta, params, settings.max_job_bytes, threads)
 
 
+def check_service_urls(params: dict[str, Any], settings: Settings, tenant: str) -> None:
+    """The job's webhook and output: configured for the tenant, and hosts it may reach."""
+    if params.get("callback_url"):
+        check_callback(params["callback_url"], settings, tenant)
+    if params.get("output"):
+        store_options(params["output"], settings, tenant, "body.output")
+
+
 @router.post(
     "",
     status_code=202,
@@ -169,6 +179,7 @@ def create_job(
     try:
         params = body.params(settings)
         _check_against_dataset(body, params, datasets, settings, caller)
+        check_service_urls(params, settings, caller.tenant)
         job = queue.submit(
             body.dataset_id,
             params,
