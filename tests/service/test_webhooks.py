@@ -3,7 +3,11 @@ against the real Redis and a real HTTP receiver on loopback."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +20,18 @@ from service.app import create_app
 from service.queue import JobQueue
 from service.settings import Settings
 from service.webhooks import WebhookSender, backoff_s, message_id
-from tests.service.conftest import WEBHOOK_SECRET, Receiver, assert_problem, upload
+from tests.service.conftest import (
+    WEBHOOK_SECRET,
+    Receiver,
+    assert_problem,
+    blobs,
+    live_server,
+    make_settings,
+    npy_bytes,
+    private_db,
+    upload,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -188,3 +203,95 @@ def test_the_api_refuses_callbacks_it_could_not_send(hook_settings: Settings) ->
         assert job["params"]["callback_url"] == url
         assert job["webhook"] == {"url": url, "deliveries": [], "delivered": False}
         assert client.get(f"/v1/jobs/{job['id']}").json()["webhook"] == job["webhook"]
+
+
+def _final_events(base_url: str, job_id: str, until: float) -> list[dict[str, Any]]:
+    """Follow the job's event stream to its end, reconnecting with Last-Event-ID (as a
+    client does), then once more after the end: the status events received, in order."""
+    statuses, last = [], None
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        while time.monotonic() < until:
+            headers = {"Last-Event-ID": last} if last else {}
+            with http.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as stream:
+                kind = ident = None
+                for line in stream.iter_lines():
+                    if line.startswith("id: "):
+                        ident = line[4:]
+                    elif line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("data: ") and kind == "status":
+                        statuses.append(json.loads(line[6:]))
+                        last = ident
+            if statuses and statuses[-1]["status"] in ("succeeded", "failed", "canceled"):
+                # One reconnect after the end: the final event must not come again.
+                headers = {"Last-Event-ID": last}
+                with http.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as again:
+                    assert '"status"' not in again.read().decode(), "final event sent twice"
+                return statuses
+    raise AssertionError(f"no final event for job {job_id}")
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_job_still_ends_it_with_one_event_and_one_webhook(
+    redis_server: str, tmp_path: Path
+) -> None:
+    """Real uvicorn, Redis and two spawned workers: the worker running the job is killed
+    with SIGKILL; the other takes the job over once the lease lapses and finishes it. The
+    final event reaches an SSE client once, and the webhook (whose receiver fails its first
+    try) is delivered once, under one webhook-id, every try recorded on the job."""
+    with private_db(redis_server, 7) as url:
+        settings = make_settings(
+            url,
+            tmp_path / "data",
+            key_prefix="hooks",
+            lease_s=2.0,
+            workers=2,
+            threads_per_worker=1,
+            url_allowlist=["127.0.0.1"],
+            webhook_secrets={"*": WEBHOOK_SECRET},
+            webhook_backoff_s=0.2,
+        )
+        with (
+            Receiver(statuses=(500,)) as receiver,
+            live_server(settings, tmp_path / "tmp", workers=2) as base_url,
+            httpx.Client(base_url=base_url, timeout=60) as http,
+        ):
+            wait_for(lambda: http.get("/readyz").status_code == 200, 120, "workers")
+            X = blobs(40000, 8, 16, seed=1)
+            dataset = http.post(
+                "/v1/datasets", content=npy_bytes(X), headers={"Content-Type": "application/x-npy"}
+            ).json()
+            body = {
+                "dataset_id": dataset["id"],
+                "n_clusters": 32,
+                "cooling": 0.97,
+                "random_state": 0,
+                "callback_url": receiver.url,
+            }
+            job = http.post("/v1/jobs", json=body).json()
+            store = redis.Redis.from_url(url)
+            key = f"hooks:job:{job['id']}"
+            consumer = wait_for(lambda: store.hget(key, "consumer"), 60, "the job to run")
+            pid = int(consumer.decode().split("-")[-2])
+            os.kill(pid, signal.SIGKILL)
+            print(f"killed worker pid {pid} running job {job['id']} (attempt 1)")
+            statuses = _final_events(base_url, job["id"], time.monotonic() + 240)
+            final = wait_for(
+                lambda: (
+                    (j := http.get(f"/v1/jobs/{job['id']}").json())["webhook"]["delivered"] and j
+                ),
+                60,
+                "the webhook",
+            )
+            time.sleep(1.0)  # room for a duplicate to arrive, were there one
+            store.close()
+    finals = [s for s in statuses if s["status"] in ("succeeded", "failed", "canceled")]
+    assert [s["status"] for s in finals] == ["succeeded"]
+    assert final["attempts"] == 2, "the job was not taken over: the kill came too late"
+    deliveries = final["webhook"]["deliveries"]
+    print("events:", [s["status"] for s in statuses], "webhook tries:", deliveries)
+    assert [d.get("status_code") for d in deliveries] == [500, 200]
+    assert len(receiver.received) == 2
+    assert {h["webhook-id"] for h, _ in receiver.received} == {f"job_{job['id']}_succeeded"}
+    event = verify_webhook(WEBHOOK_SECRET, *receiver.received[-1])
+    assert event["data"]["status"] == "succeeded" and event["data"]["attempts"] == 2
