@@ -80,22 +80,15 @@ class UnsafeUrl(ServiceError):
     """A URL the service will not open: its scheme, a host that does not resolve, or one that
     resolves to an address that is not public (see :mod:`service.urls`)."""
 
-    def __init__(self, detail: str, message: str, field: str = "body") -> None:
+    def __init__(self, detail: str, message: str = "unsafe URL", field: str = "body") -> None:
         super().__init__(detail, field=field, message=message)
 
 
-class SourceUnreadable(ServiceError):
-    """A dataset's ``source`` the service could not read (missing, refused, unreachable)."""
-
-    def __init__(self, detail: str, message: str = "cannot read the source") -> None:
-        super().__init__(detail, field="body.source", message=message)
-
-
 class NotConfigured(ServiceError):
-    """A feature the server is not set up for, for this tenant (no webhook secret, no
-    storage for a scheme): ``setting`` names what the operator would set."""
+    """A feature the server is not set up for, for this tenant (no webhook secret); the
+    detail names the setting an operator would set."""
 
-    def __init__(self, detail: str, field: str, message: str = "not configured") -> None:
+    def __init__(self, detail: str, field: str = "body", message: str = "not configured") -> None:
         super().__init__(detail, field=field, message=message)
 
 

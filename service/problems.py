@@ -38,7 +38,6 @@ from service.errors import (
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
-    SourceUnreadable,
     UnsafeUrl,
     UnsupportedMediaType,
     UploadInterrupted,
@@ -94,7 +93,6 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     UploadInterrupted: _Problem(CLIENT_CLOSED_REQUEST, "client-closed-request"),
     JobTooLarge: _Problem(422, "job-too-large"),
     UnsafeUrl: _Problem(422, "unsafe-url"),
-    SourceUnreadable: _Problem(422, "source-unreadable"),
     NotConfigured: _Problem(422, "not-configured"),
     QuotaExceeded: _Problem(429, "quota-exceeded", retry=True),
 }

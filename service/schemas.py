@@ -148,9 +148,8 @@ class _JobBody(EngineFields):
         `422` that names the cap.
         """
         params = self.model_dump(exclude={"dataset_id"})
-        for name in ("callback_url", "output"):  # where to send or write: only when set
-            if params.get(name) is None:
-                params.pop(name, None)
+        if params.get("callback_url") is None:  # a webhook: only when asked for
+            params.pop("callback_url", None)
         params["max_runtime_s"] = _runtime_limit(params.get("max_runtime_s"), settings)
         return params
 
@@ -207,19 +206,6 @@ JobCreate = model_with(
             "(loopback, private, link-local, reserved) is a `422` unless the server "
             "allows it.",
             examples=["https://example.com/hooks/rbfkm"],
-        ),
-    ),
-    output=(
-        str | None,
-        Field(
-            default=None,
-            max_length=2048,
-            pattern=r"^(s3|gs)://[^/]+",
-            description="An object-store prefix (`s3://bucket/prefix/`) where the worker "
-            "also writes `labels.parquet` and `centroids.parquet` when the job succeeds "
-            "(the result's `output` says where); the server's storage settings for the "
-            "tenant give the credentials.",
-            examples=["s3://bucket/results/"],
         ),
     ),
 )

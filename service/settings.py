@@ -100,7 +100,7 @@ class Settings(BaseSettings):
         default=False,
         description="Log every request (off by default: it costs a share of a status poll).",
     )
-    # ---- what the service reaches on a client's behalf (webhooks, remote datasets) ----
+    # ---- what the service reaches on a client's behalf (webhooks) ----
     url_allowlist: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Hosts and networks (CIDRs) webhooks and dataset sources may reach although "
@@ -116,12 +116,6 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="Wait before a webhook's second try; doubles each time."
     )
     webhook_timeout_s: float = Field(default=10.0, gt=0, description="Timeout of one try.")
-    storage_options: dict[str, dict[str, dict[str, Any]]] = Field(
-        default_factory=dict,
-        description='Object stores by tenant, JSON `{"tenant": {"s3": {fsspec options}}}` '
-        '(`"*"`: every other tenant): credentials and endpoint of `s3://` and `gs://` sources '
-        "and outputs; a tenant without an entry for a scheme cannot use it.",
-    )
 
     @field_validator("device")
     @classmethod

@@ -39,7 +39,6 @@ from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint, idempotent_job_id
 from service.jobs import UNFINISHED, JobStatus
 from service.problems import RETRY_AFTER, ProblemError
-from service.remote import store_options
 from service.routes.bodies import (
     DATASET_BODY,
     CsvHeader,
@@ -131,11 +130,9 @@ def _check_against_dataset(
 
 
 def check_service_urls(params: dict[str, Any], settings: Settings, tenant: str) -> None:
-    """The job's webhook and output: configured for the tenant, and hosts it may reach."""
+    """The job's webhook: configured for the tenant, and a host the service may reach."""
     if params.get("callback_url"):
         check_callback(params["callback_url"], settings, tenant)
-    if params.get("output"):
-        store_options(params["output"], settings, tenant, "body.output")
 
 
 @router.post(

@@ -130,8 +130,14 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
     (r"body(\.data\[\d+\])?", r"row \d+ has \d+ values but row \d+ has \d+"),
     # points to predict as wide as the model's dataset;
     (r"body", r"needs \d+ columns"),
-    # an idempotency key already used with another body.
+    # an idempotency key already used with another body;
     (r"header\.idempotency-key|body", r"already used"),
+    # URLs the server opens: hosts that resolve to public addresses only (or allowed by the
+    # operator), and a webhook secret configured for the tenant.
+    (
+        r"body\.callback_url",
+        r"address$|does not resolve|not a valid URL|no host|credentials in URL|no webhook secret",
+    ),
 )
 
 
