@@ -76,6 +76,22 @@ class BodyTooLarge(ServiceError):
         self.max_bytes = max_bytes
 
 
+class UnsafeUrl(ServiceError):
+    """A URL the service will not open: its scheme, a host that does not resolve, or one that
+    resolves to an address that is not public (see :mod:`service.urls`)."""
+
+    def __init__(self, detail: str, message: str = "unsafe URL", field: str = "body") -> None:
+        super().__init__(detail, field=field, message=message)
+
+
+class NotConfigured(ServiceError):
+    """A feature the server is not set up for, for this tenant (no webhook secret); the
+    detail names the setting an operator would set."""
+
+    def __init__(self, detail: str, field: str = "body", message: str = "not configured") -> None:
+        super().__init__(detail, field=field, message=message)
+
+
 class DatasetNotFound(ServiceError, LookupError):
     """No stored dataset has this id (a job naming one fails at once: bad input)."""
 

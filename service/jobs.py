@@ -72,10 +72,11 @@ def job_record(raw: dict[Any, Any]) -> dict[str, Any] | None:
     if "id" not in h:  # a hash half-created by hand or expired between calls
         return None
     progress = {**EMPTY_PROGRESS, **json.loads(h.get("progress") or "{}")}
-    return {
+    params = json.loads(h.get("params") or "{}")
+    record = {
         "id": h["id"],
         "dataset_id": h.get("dataset_id"),
-        "params": json.loads(h.get("params") or "{}"),
+        "params": params,
         "status": h.get("status"),
         "progress": {k: progress.get(k) for k in EMPTY_PROGRESS},
         "error": h.get("error"),
@@ -85,3 +86,15 @@ def job_record(raw: dict[Any, Any]) -> dict[str, Any] | None:
         "attempts": int(h.get("attempts") or 0),
         "tenant": h.get("tenant") or DEFAULT_TENANT,
     }
+    webhook = webhook_record(h.get("webhook"), params.get("callback_url"))
+    if webhook is not None:  # a job with a callback_url
+        record["webhook"] = webhook
+    return record
+
+
+def webhook_record(stored: str | None, url: str | None) -> dict[str, Any] | None:
+    """A job's webhook: its tries so far (``service.webhooks`` stores them), or none yet;
+    None for a job without a ``callback_url``."""
+    if stored:
+        return json.loads(stored)
+    return None if url is None else {"url": url, "deliveries": [], "delivered": False}

@@ -22,6 +22,8 @@ The keys (every one starts with the prefix ``{p}``, ``rbfkm`` by default):
   ``{p}:tenant:{t}:jobs:dead`` — the same indexes and dead letters of one tenant's jobs (the
   job hash's ``tenant`` field); ``{p}:jobs:owner`` maps a job id to its tenant until the job
   is pruned, so an expired job leaves its tenant's indexes too.
+- ``{p}:webhooks:due`` — jobs whose webhook is to be sent, scored by when (added when a job
+  with a ``callback_url`` ends; :mod:`service.webhooks` sends them).
 - ``{p}:worker:{consumer}`` — a worker's heartbeat key (with a TTL), ``{p}:workers`` the set
   of names seen, for readiness.
 
@@ -79,6 +81,12 @@ local function finish(new, now_iso, now_ts, ttl)
   redis.call('HDEL', key, 'consumer')
   redis.call('EXPIRE', key, ttl)
   redis.call('ZADD', prefix .. ':jobs:expiry', tonumber(now_ts) + tonumber(ttl), id)
+  -- A job with a callback: its webhook is due now (service.webhooks sends it). Here, in
+  -- the one transition that ends the job, so it is queued once, whoever ended it.
+  local params = cjson.decode(redis.call('HGET', key, 'params') or '{}')
+  if type(params['callback_url']) == 'string' then
+    redis.call('ZADD', prefix .. ':webhooks:due', 'NX', now_ts, id)
+  end
 end
 
 local function ack(entry)

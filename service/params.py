@@ -99,8 +99,9 @@ EXPOSED: dict[str, Exposed] = {
 #: A job's parameters that are the service's, not the engine's: stored with the job (so
 #: ``GET /v1/jobs/{id}`` shows them) and read by the worker, never passed to ``RBFKMeans``.
 #: ``max_runtime_s``: the job's time limit per attempt, in seconds
-#: (:func:`runtime_limit`; the API fills in the server's default, ``RBFKM_MAX_RUNTIME_S``).
-SERVICE_PARAMS: frozenset[str] = frozenset({"max_runtime_s"})
+#: (:func:`runtime_limit`; the API fills in the server's default, ``RBFKM_MAX_RUNTIME_S``);
+#: ``callback_url``: the job's webhook (:mod:`service.webhooks`).
+SERVICE_PARAMS: frozenset[str] = frozenset({"max_runtime_s", "callback_url"})
 
 #: Engine parameters a job cannot set, and why.
 HIDDEN: dict[str, str] = {

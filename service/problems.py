@@ -34,9 +34,11 @@ from service.errors import (
     InvalidIdempotencyKey,
     JobTooLarge,
     NotAcceptable,
+    NotConfigured,
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
+    UnsafeUrl,
     UnsupportedMediaType,
     UploadInterrupted,
 )
@@ -90,6 +92,8 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     # nginx's "client closed request": nobody reads it, but logs and metrics count it apart.
     UploadInterrupted: _Problem(CLIENT_CLOSED_REQUEST, "client-closed-request"),
     JobTooLarge: _Problem(422, "job-too-large"),
+    UnsafeUrl: _Problem(422, "unsafe-url"),
+    NotConfigured: _Problem(422, "not-configured"),
     QuotaExceeded: _Problem(429, "quota-exceeded", retry=True),
 }
 

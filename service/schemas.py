@@ -153,6 +153,8 @@ class _JobBody(EngineFields):
         `422` that names the cap.
         """
         params = self.model_dump(exclude={"dataset_id"})
+        if params.get("callback_url") is None:  # a webhook: only when asked for
+            params.pop("callback_url", None)
         params["max_runtime_s"] = _runtime_limit(params.get("max_runtime_s"), settings)
         return params
 
@@ -197,6 +199,20 @@ JobCreate = model_with(
             examples=[600],
         ),
     ),
+    callback_url=(
+        str | None,
+        Field(
+            default=None,
+            max_length=2048,
+            pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://",
+            description="Webhook: POSTed once when the job ends (succeeded, failed, "
+            "canceled), signed (Standard Webhooks, the tenant's secret), retried with "
+            "back-off; `webhook` of the job records the tries. A host that is not public "
+            "(loopback, private, link-local, reserved) is a `422` unless the server "
+            "allows it.",
+            examples=["https://example.com/hooks/rbfkm"],
+        ),
+    ),
 )
 
 
@@ -207,6 +223,23 @@ class Progress(BaseModel):
     sigma: float | None = None
     iteration: int | None = None
     objective: float | None = None
+
+
+class WebhookDelivery(BaseModel):
+    """One try of a job's webhook: the receiver's status code, or why there was none."""
+
+    attempt: int
+    at: datetime
+    status_code: int | None = None
+    error: str | None = None
+
+
+class Webhook(BaseModel):
+    """A job's webhook (its `callback_url`) and its tries so far."""
+
+    url: str
+    deliveries: list[WebhookDelivery]
+    delivered: bool = Field(description="Whether a try was answered with a 2xx.")
 
 
 class Job(BaseModel):
@@ -243,6 +276,9 @@ class Job(BaseModel):
     finished_at: datetime | None = None
     attempts: int = 0
     tenant: str = Field(default=DEFAULT_TENANT, description="The tenant that owns the job.")
+    webhook: Webhook | None = Field(
+        default=None, description="The webhook of a job with a `callback_url`."
+    )
 
 
 class JobList(Page):

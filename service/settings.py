@@ -6,12 +6,14 @@ Every setting is read from an environment variable named in its ``alias`` (or th
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from rbfkm_client.webhooks import secret_key
 
 from rbfkm_engine.device import DEVICE_HELP, is_device_name
 from service.budget import default_max_job_bytes
@@ -43,8 +45,8 @@ class Settings(BaseSettings):
     )
     api_keys: Annotated[dict[str, dict[str, Any]], NoDecode] = Field(
         default_factory=dict,
-        description="Tenants and their keys: a JSON object `{tenant: key | [keys] | {\"keys\": "
-        "[...], \"max_stored_bytes\": N, \"max_active_jobs\": N}}`, or a JSON list or "
+        description='Tenants and their keys: a JSON object `{tenant: key | [keys] | {"keys": '
+        '[...], "max_stored_bytes": N, "max_active_jobs": N}}`, or a JSON list or '
         "comma-separated keys of one tenant (`default`); keys may be `sha256:<hex>`; empty: "
         "no auth.",
     )
@@ -84,8 +86,7 @@ class Settings(BaseSettings):
     max_json_body_bytes: int = Field(
         default=16 * 1024**2,
         gt=0,
-        description="Largest JSON body of a request that is not a dataset upload (job "
-        "requests).",
+        description="Largest JSON body of a request that is not a dataset upload (job requests).",
     )
     result_ttl_s: int = Field(
         default=7 * 24 * 3600, gt=0, description="Retention of datasets, jobs and results."
@@ -99,6 +100,22 @@ class Settings(BaseSettings):
         default=False,
         description="Log every request (off by default: it costs a share of a status poll).",
     )
+    # ---- what the service reaches on a client's behalf (webhooks) ----
+    url_allowlist: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Hosts and networks (CIDRs) webhooks and dataset sources may reach although "
+        "they are not public (loopback, private, link-local...): JSON list or comma-separated.",
+    )
+    webhook_secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description='Webhook signing secrets by tenant, JSON `{"tenant": "whsec_..."}` (`"*"`: '
+        "every other tenant); a tenant without one cannot set `callback_url`.",
+    )
+    webhook_max_attempts: int = Field(default=8, ge=1, description="Tries of one webhook.")
+    webhook_backoff_s: float = Field(
+        default=5.0, gt=0, description="Wait before a webhook's second try; doubles each time."
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0, description="Timeout of one try.")
 
     @field_validator("device")
     @classmethod
@@ -114,11 +131,36 @@ class Settings(BaseSettings):
         """Any accepted form (see :mod:`service.tenants`) as `{tenant: {"keys": ...}}`."""
         return normalise_api_keys(value)
 
+    @field_validator("url_allowlist", mode="before")
+    @classmethod
+    def _parse_allowlist(cls, value: object) -> object:
+        """A JSON list or a comma-separated string."""
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else text.split(",")
+        return value
+
+    @field_validator("webhook_secrets")
+    @classmethod
+    def _check_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        """A malformed secret stops the service at start, not each webhook."""
+        for tenant, secret in value.items():
+            try:
+                secret_key(secret)
+            except ValueError as exc:
+                raise ValueError(f"webhook secret of {tenant!r}: {exc}") from None
+        return value
+
     @field_validator("admin_keys", mode="before")
     @classmethod
     def _parse_admin_keys(cls, value: object) -> object:
         """A JSON list or a comma-separated string."""
         return normalise_admin_keys(value)
+
+    def for_tenant(self, table: dict[str, Any], tenant: str) -> Any:
+        """A per-tenant setting's entry for ``tenant`` (``"*"``: the fallback; else None)."""
+        return table.get(tenant, table.get("*"))
+
 
 @lru_cache
 def get_settings() -> Settings:

@@ -55,6 +55,7 @@ from service.params import engine_params, runtime_limit
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
 from service.settings import Settings
+from service.webhooks import start_sender
 
 log = logging.getLogger(__name__)
 
@@ -431,8 +432,10 @@ def run_worker_process(
         _stop_when_orphaned(parent_pid, stop)
     client = redis.Redis.from_url(config.redis_url, health_check_interval=30)
     try:
+        queue = JobQueue.from_settings(client, config)
+        start_sender(queue, config, stop)  # this process also sends due webhooks
         worker = Worker(
-            JobQueue.from_settings(client, config),
+            queue,
             ResultStore(config.data_dir),
             dataset_loader(config.data_dir),
             device=device_for_index(config.device, index),

@@ -19,6 +19,7 @@ from rbfkm_client.client import AsyncClient, Client
 from rbfkm_client.errors import ApiError, ConnectionFailed, JobFailed, RbfkmError, WaitTimeout
 from rbfkm_client.models import Dataset, Job, Prediction, Result
 from rbfkm_client.protocol import Retry
+from rbfkm_client.webhooks import WebhookVerificationError, verify_webhook
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,8 @@ __all__ = [
     "Result",
     "Retry",
     "WaitTimeout",
+    "WebhookVerificationError",
+    "verify_webhook",
 ]
 
 

@@ -62,6 +62,7 @@ from service.settings import Settings
 from service.tenants import Caller
 from service.threads import most_worker_threads
 from service.uploads import media_type, parsed_upload
+from service.webhooks import check_callback
 
 router = APIRouter(
     prefix="/v1/jobs",
@@ -128,6 +129,12 @@ def _check_against_dataset(
     check_job_memory(meta, params, settings.max_job_bytes, threads)
 
 
+def check_service_urls(params: dict[str, Any], settings: Settings, tenant: str) -> None:
+    """The job's webhook: configured for the tenant, and a host the service may reach."""
+    if params.get("callback_url"):
+        check_callback(params["callback_url"], settings, tenant)
+
+
 @router.post(
     "",
     status_code=202,
@@ -169,6 +176,7 @@ def create_job(
     try:
         params = body.params(settings)
         _check_against_dataset(body, params, datasets, settings, caller)
+        check_service_urls(params, settings, caller.tenant)
         job = queue.submit(
             body.dataset_id,
             params,

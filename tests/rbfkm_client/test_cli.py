@@ -98,3 +98,26 @@ def test_errors_are_one_line_with_the_problem_detail(live: Live, tmp_path: Path)
 def test_an_unknown_output_format_is_a_usage_error(live: Live) -> None:
     done = _run(CLIENT, live, "fit", "x.npy", "-k", "2", "--out", "labels.xlsx")
     assert done.returncode == 2 and ".parquet, .csv, .npy" in done.stderr
+
+
+def test_a_reader_that_went_away_is_not_an_error(live: Live) -> None:
+    """`rbfkm-client jobs list | head -1`: the reader closes the pipe; no traceback, exit 0."""
+    from rbfkm_client import Client
+
+    with Client(live.url, KEY) as client:
+        client.fit(X, 3, wait=False)  # one job at least, so there is a line to write
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run(
+            [*CLIENT, "jobs", "list", "--url", live.url],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "RBFKM_API_KEY": KEY},
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
+    assert done.returncode == 0

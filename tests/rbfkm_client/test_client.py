@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -207,3 +208,56 @@ def test_waiting_follows_the_jobs_events_rather_than_polling(live: Live) -> None
     assert job.status == "succeeded"
     assert f"/v1/jobs/{job.id}/events" in paths
     assert paths.count(f"/v1/jobs/{job.id}") == 1  # the first look only: no polls
+
+
+class _NoEvents(http.server.BaseHTTPRequestHandler):
+    """A reverse proxy to the service that has no event stream (an older service, or a
+    proxy that refuses streams): `/events` answers 404, the rest is forwarded."""
+
+    upstream = ""
+
+    def _forward(self) -> None:
+        if self.path.split("?")[0].endswith("/events"):
+            self._answer(404, {"Content-Type": "application/problem+json"}, b"{}")
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        reply = httpx.request(
+            self.command, self.upstream + self.path, headers=headers, content=body, timeout=60
+        )
+        keep = {
+            k: v
+            for k, v in reply.headers.items()
+            if k.lower() in ("content-type", "location", "retry-after")
+        }
+        self._answer(reply.status_code, keep, reply.content)
+
+    def _answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = _forward
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_waiting_polls_when_the_event_stream_is_unavailable(live: Live) -> None:
+    handler = type("Handler", (_NoEvents,), {"upstream": live.url})
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    paths: list[str] = []
+    try:
+        with Client(f"http://127.0.0.1:{proxy.server_address[1]}", KEY) as client:
+            client._http.event_hooks["request"].append(lambda r: paths.append(r.url.path))
+            job = client.fit(blobs(3000, 4, 5, seed=9), 5, random_state=0)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert job.status == "succeeded"
+    assert paths.count(f"/v1/jobs/{job.id}/events") == 2  # two failed streams, then polls
+    assert paths.count(f"/v1/jobs/{job.id}") > 1

@@ -155,3 +155,44 @@ def private_db(redis_server: str, db: int) -> Iterator[str]:
     finally:
         store.flushdb()
         store.close()
+
+
+class Receiver:
+    """A real HTTP server on loopback that records what is POSTed to it (webhooks).
+
+    ``statuses``: the answers to the first requests, in order (then 200)."""
+
+    def __init__(self, statuses: tuple[int, ...] = ()) -> None:
+        import http.server
+
+        self.statuses = list(statuses)
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                receiver.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+#: A webhook secret for tests (Standard Webhooks' own example).
+WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -137,6 +137,12 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
     (r"body\.[^\[]+(\[\d+\])?", r"weights? (must be|is)|every weight is 0"),
     # initial centres for a fixed number of clusters only.
     (r"body\.init", r"initial centres need an int n_clusters"),
+    # URLs the server opens: hosts that resolve to public addresses only (or allowed by the
+    # operator), and a webhook secret configured for the tenant.
+    (
+        r"body\.callback_url",
+        r"address$|does not resolve|not a valid URL|no host|credentials in URL|no webhook secret",
+    ),
 )
 
 
