@@ -34,6 +34,7 @@ from service.errors import (
     InvalidIdempotencyKey,
     JobTooLarge,
     NotAcceptable,
+    ProjectionNotFound,
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
@@ -82,6 +83,7 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     ResultNotFound: _Problem(
         404, "result-not-found", hint="; the result files were deleted or have expired"
     ),
+    ProjectionNotFound: _Problem(404, "projection-not-found"),
     # 422 like every other invalid field (the route's header constraint says the same).
     InvalidIdempotencyKey: _Problem(422, "invalid-idempotency-key"),
     IdempotencyKeyReused: _Problem(422, "idempotency-key-reused"),
