@@ -310,7 +310,6 @@ def test_upload_cluster_and_read_the_result_in_a_browser(browser: Any, live: Liv
     assert fields == set(schema["properties"])
     options = page.eval_on_selector_all("#field-assignment option", "o => o.map(x => x.value)")
     assert options == schema["properties"]["assignment"]["enum"]
-    shoot(tab, live, "datasets-1280")
 
     page.fill("#field-n_clusters", str(K))
     page.click(".more summary")
@@ -375,6 +374,7 @@ def test_upload_cluster_and_read_the_result_in_a_browser(browser: Any, live: Liv
     page.click("a.brand")
     listed = page.wait_for_selector(f'#jobs tr[data-id="{job_id}"]')
     assert listed.get_attribute("data-status") == "succeeded"
+    shoot(tab, live, "datasets-1280")
     assert all(url.startswith(live.base_url) for url in tab.requests), "no other host"
     assert tab.errors == []
     page.context.close()

@@ -36,7 +36,9 @@ export function pathTransitions(kPath) {
  *  steps beside (a split releases inertia at once; cooling between splits barely does).
  *  Each is placed between the two temperatures (their geometric mean). */
 export function estimatedTransitions(temps, drop = 0.1) {
-  const falls = temps.map((t, i) => (i === 0 ? 0 : (temps[i - 1].inertia - t.inertia) / temps[i - 1].inertia));
+  const falls = temps.map((t, i) =>
+    i === 0 ? 0 : (temps[i - 1].inertia - t.inertia) / temps[i - 1].inertia,
+  );
   const found = [];
   for (let i = 1; i < temps.length; i += 1) {
     const peak = falls[i] >= (falls[i - 1] ?? 0) && falls[i] >= (falls[i + 1] ?? 0);

@@ -7,7 +7,10 @@ import { annealingData } from "./annealing.js";
 const EMBED = { actions: false, renderer: "svg", mode: "vega-lite" };
 /** Colour of cluster j, the same in every chart. */
 function clusterScale(k) {
-  return { domain: Array.from({ length: k }, (_, j) => j), scheme: k <= 10 ? "tableau10" : "tableau20" };
+  return {
+    domain: Array.from({ length: k }, (_, j) => j),
+    scheme: k <= 10 ? "tableau10" : "tableau20",
+  };
 }
 const BASE = {
   width: "container",
@@ -59,7 +62,10 @@ export function annealingSpec(history, kPath, finalInertia) {
       name: "final",
       data: { values: [{ inertia: finalInertia, label: "final inertia (after Lloyd)" }] },
       mark: { type: "rule", color: "#1f5f99", strokeDash: [1, 3] },
-      encoding: { y: { field: "inertia", type: "quantitative" }, tooltip: [{ field: "label" }, { field: "inertia", format: ".4g" }] },
+      encoding: {
+        y: { field: "inertia", type: "quantitative" },
+        tooltip: [{ field: "label" }, { field: "inertia", format: ".4g" }],
+      },
     });
   }
   const layers = [{ layer: inertia }];
@@ -91,7 +97,10 @@ export function annealingSpec(history, kPath, finalInertia) {
   }
   return {
     height: 260,
-    title: { text: "Annealing path", subtitle: estimated ? "transitions estimated from the inertia" : "" },
+    title: {
+      text: "Annealing path",
+      subtitle: estimated ? "transitions estimated from the inertia" : "",
+    },
     layer: layers,
     resolve: { scale: { y: "independent" } },
   };
@@ -108,8 +117,15 @@ export function projectionSpec(projection, k) {
     entropy: projection.entropy[i],
   }));
   const centres = projection.centroids.map(([x, y], label) => ({ x, y, label }));
-  const [first, second] = projection.explained_variance_ratio.map((r) => `${(100 * r).toFixed(1)}%`);
-  const color = { field: "label", type: "nominal", scale: clusterScale(k), legend: k <= 20 ? { title: "cluster" } : null };
+  const [first, second] = projection.explained_variance_ratio.map(
+    (r) => `${(100 * r).toFixed(1)}%`,
+  );
+  const color = {
+    field: "label",
+    type: "nominal",
+    scale: clusterScale(k),
+    legend: k <= 20 ? { title: "cluster" } : null,
+  };
   const maxEntropy = Math.max(Math.log(Math.max(k, 2)), 1e-9);
   return {
     height: 380,
@@ -138,7 +154,15 @@ export function projectionSpec(projection, k) {
       {
         name: "centroids",
         data: { values: centres },
-        mark: { type: "point", shape: "diamond", size: 180, filled: true, stroke: "#111", strokeWidth: 1.5, opacity: 1 },
+        mark: {
+          type: "point",
+          shape: "diamond",
+          size: 180,
+          filled: true,
+          stroke: "#111",
+          strokeWidth: 1.5,
+          opacity: 1,
+        },
         encoding: {
           x: { field: "x", type: "quantitative" },
           y: { field: "y", type: "quantitative" },
@@ -170,5 +194,6 @@ export function sizesSpec(sizes) {
 
 export const drawAnnealing = (element, history, kPath, finalInertia) =>
   draw(element, annealingSpec(history, kPath, finalInertia));
-export const drawProjection = (element, projection, k) => draw(element, projectionSpec(projection, k));
+export const drawProjection = (element, projection, k) =>
+  draw(element, projectionSpec(projection, k));
 export const drawSizes = (element, sizes) => draw(element, sizesSpec(sizes));

@@ -9,13 +9,19 @@ export function csv(header, rows) {
 }
 
 export function labelsCsv(labels) {
-  return csv(["row", "label"], labels.map((label, row) => [row, label]));
+  return csv(
+    ["row", "label"],
+    labels.map((label, row) => [row, label]),
+  );
 }
 
 export function centroidsCsv(centroids) {
   const d = centroids.length ? centroids[0].length : 0;
   const header = ["cluster", ...Array.from({ length: d }, (_, j) => `f${j}`)];
-  return csv(header, centroids.map((centre, cluster) => [cluster, ...centre]));
+  return csv(
+    header,
+    centroids.map((centre, cluster) => [cluster, ...centre]),
+  );
 }
 
 /** Hand a blob to the browser as a file download. */

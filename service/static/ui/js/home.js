@@ -1,8 +1,26 @@
 // The home view: the tenant's datasets (with the upload drop zone), the job form generated
 // from the OpenAPI document, and the jobs, the unfinished ones followed live.
 
-import { FINISHED, UPLOAD_TYPES, followJob, getJSON, request, uploadDataset, uploadType } from "./api.js";
-import { errorBox, formatBytes, formatDate, formatNumber, h, progressBar, shortId, show, statusBadge } from "./dom.js";
+import {
+  FINISHED,
+  UPLOAD_TYPES,
+  followJob,
+  getJSON,
+  request,
+  uploadDataset,
+  uploadType,
+} from "./api.js";
+import {
+  errorBox,
+  formatBytes,
+  formatDate,
+  formatNumber,
+  h,
+  progressBar,
+  shortId,
+  show,
+  statusBadge,
+} from "./dom.js";
 import { markErrors, schemaForm } from "./schemaform.js";
 
 /** Unfinished jobs of the list followed live at once (each holds a connection). */
@@ -15,7 +33,9 @@ async function jobSchema() {
 }
 
 function uploadZone(onUploaded) {
-  const accepted = Object.keys(UPLOAD_TYPES).map((e) => `.${e}`).join(",");
+  const accepted = Object.keys(UPLOAD_TYPES)
+    .map((e) => `.${e}`)
+    .join(",");
   const picker = h("input", { type: "file", accept: accepted, hidden: true, id: "upload-input" });
   const bar = progressBar(0, "upload progress");
   bar.hidden = true;
@@ -28,7 +48,12 @@ function uploadZone(onUploaded) {
   );
   async function send(file) {
     if (!uploadType(file)) {
-      show(status, errorBox(new Error(`${file.name}: send a file ending in ${accepted.replaceAll(",", ", ")}`)));
+      show(
+        status,
+        errorBox(
+          new Error(`${file.name}: send a file ending in ${accepted.replaceAll(",", ", ")}`),
+        ),
+      );
       return;
     }
     bar.hidden = false;
@@ -37,7 +62,10 @@ function uploadZone(onUploaded) {
     try {
       const dataset = await uploadDataset(file, (fraction) => (bar.value = fraction));
       bar.value = 1;
-      show(status, `Stored ${dataset.name || dataset.id}: ${dataset.n_samples} × ${dataset.n_features}.`);
+      show(
+        status,
+        `Stored ${dataset.name || dataset.id}: ${dataset.n_samples} × ${dataset.n_features}.`,
+      );
       onUploaded(dataset);
     } catch (error) {
       bar.hidden = true;
@@ -66,26 +94,47 @@ function datasetTable(datasets, onUse) {
     h(
       "tr",
       { dataset: { id: d.id } },
-      h("td", {}, d.name || "–"),
-      h("td", {}, h("code", { title: d.id }, shortId(d.id))),
+      h("td", { title: d.id }, d.name || h("code", {}, shortId(d.id))),
       h("td", { className: "num" }, `${formatNumber(d.n_samples)} × ${d.n_features}`),
       h("td", { className: "num" }, formatBytes(d.size_bytes)),
-      h("td", {}, formatDate(d.created_at)),
-      h("td", {}, h("button", { type: "button", className: "small", onclick: () => onUse(d) }, "Cluster")),
+      h("td", { className: "optional" }, formatDate(d.created_at)),
+      h(
+        "td",
+        {},
+        h("button", { type: "button", className: "small", onclick: () => onUse(d) }, "Cluster"),
+      ),
     ),
   );
   return h(
     "div",
     { className: "scroll" },
-    h("table", { id: "datasets" },
-      h("thead", {}, h("tr", {}, ["Name", "Id", "Rows × features", "Size", "Uploaded", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows)),
+    h(
+      "table",
+      { id: "datasets" },
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          ["Name", "Rows × features", "Size", "Uploaded", ""].map((t, i) =>
+            h("th", { className: i === 3 ? "optional" : null }, t),
+          ),
+        ),
+      ),
+      h("tbody", {}, rows),
+    ),
   );
 }
 
 function jobProgress(job) {
-  const fraction = FINISHED.includes(job.status) ? (job.status === "succeeded" ? 1 : null) : job.progress.fraction;
-  if (job.status === "failed" || job.status === "canceled") return h("span", { className: "muted" }, job.error || "");
+  const fraction = FINISHED.includes(job.status)
+    ? job.status === "succeeded"
+      ? 1
+      : null
+    : job.progress.fraction;
+  if (job.status === "failed" || job.status === "canceled")
+    return h("span", { className: "muted" }, job.error || "");
   if (job.status === "queued") return h("span", { className: "muted" }, "waiting for a worker");
   return progressBar(fraction ?? null, `progress of job ${shortId(job.id)}`);
 }
@@ -95,11 +144,15 @@ function jobRow(job, datasetNames) {
     "tr",
     { dataset: { id: job.id, status: job.status } },
     h("td", {}, h("a", { href: `#/jobs/${job.id}` }, h("code", {}, shortId(job.id)))),
-    h("td", {}, datasetNames.get(job.dataset_id) || h("code", {}, shortId(job.dataset_id))),
+    h(
+      "td",
+      { className: "optional" },
+      datasetNames.get(job.dataset_id) || h("code", {}, shortId(job.dataset_id)),
+    ),
     h("td", { className: "num" }, job.params.n_clusters),
     h("td", {}, statusBadge(job.status)),
     h("td", { className: "progress-cell" }, jobProgress(job)),
-    h("td", {}, formatDate(job.created_at)),
+    h("td", { className: "optional" }, formatDate(job.created_at)),
   );
 }
 
@@ -108,9 +161,26 @@ function jobTable(jobs, datasetNames) {
   return h(
     "div",
     { className: "scroll" },
-    h("table", { id: "jobs" },
-      h("thead", {}, h("tr", {}, ["Job", "Dataset", "k", "Status", "Progress", "Created"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, jobs.map((job) => jobRow(job, datasetNames)))),
+    h(
+      "table",
+      { id: "jobs" },
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          ["Job", "Dataset", "k", "Status", "Progress", "Created"].map((t, i) =>
+            h("th", { className: i === 1 || i === 5 ? "optional" : null }, t),
+          ),
+        ),
+      ),
+      h(
+        "tbody",
+        {},
+        jobs.map((job) => jobRow(job, datasetNames)),
+      ),
+    ),
   );
 }
 
@@ -122,7 +192,13 @@ export async function homeView(root, signal) {
   const select = h("select", { name: "dataset_id", id: "field-dataset_id", required: true });
   show(
     root,
-    h("section", { className: "card", id: "datasets-card" }, h("h2", {}, "Datasets"), uploadZone(onUploaded), datasetsBox),
+    h(
+      "section",
+      { className: "card", id: "datasets-card" },
+      h("h2", {}, "Datasets"),
+      uploadZone(onUploaded),
+      datasetsBox,
+    ),
     h("section", { className: "card", id: "job-card" }, h("h2", {}, "Start a job"), formBox),
     h("section", { className: "card wide", id: "jobs-card" }, h("h2", {}, "Jobs"), jobsBox),
   );
@@ -131,8 +207,20 @@ export async function homeView(root, signal) {
   async function loadDatasets(chosen) {
     const { items } = await getJSON("v1/datasets?limit=100");
     datasetNames = new Map(items.map((d) => [d.id, d.name || shortId(d.id)]));
-    show(datasetsBox, datasetTable(items, (d) => choose(d.id)));
-    show(select, items.map((d) => h("option", { value: d.id }, `${d.name || shortId(d.id)} (${d.n_samples} × ${d.n_features})`)));
+    show(
+      datasetsBox,
+      datasetTable(items, (d) => choose(d.id)),
+    );
+    show(
+      select,
+      items.map((d) =>
+        h(
+          "option",
+          { value: d.id },
+          `${d.name || shortId(d.id)} (${d.n_samples} × ${d.n_features})`,
+        ),
+      ),
+    );
     if (chosen) select.value = chosen;
   }
   function choose(id) {
@@ -145,13 +233,20 @@ export async function homeView(root, signal) {
   async function loadJobs() {
     const { items } = await getJSON("v1/jobs?limit=50");
     show(jobsBox, jobTable(items, datasetNames));
-    items.filter((j) => !FINISHED.includes(j.status)).slice(0, FOLLOWED).forEach(follow);
+    items
+      .filter((j) => !FINISHED.includes(j.status))
+      .slice(0, FOLLOWED)
+      .forEach(follow);
   }
   function follow(job) {
-    followJob(job.id, (update) => {
-      const row = jobsBox.querySelector(`tr[data-id="${job.id}"]`);
-      row?.replaceWith(jobRow(update, datasetNames));
-    }, signal).catch(() => {}); // the view went away, or the job was deleted: nothing to show
+    followJob(
+      job.id,
+      (update) => {
+        const row = jobsBox.querySelector(`tr[data-id="${job.id}"]`);
+        row?.replaceWith(jobRow(update, datasetNames));
+      },
+      signal,
+    ).catch(() => {}); // the view went away, or the job was deleted: nothing to show
   }
   async function submit(body, form) {
     markErrors(form, null);
@@ -169,7 +264,14 @@ export async function homeView(root, signal) {
   try {
     await loadDatasets();
     const schema = await jobSchema();
-    show(formBox, schemaForm(schema, { custom: { dataset_id: select }, onSubmit: submit, submitLabel: "Start job" }));
+    show(
+      formBox,
+      schemaForm(schema, {
+        custom: { dataset_id: select },
+        onSubmit: submit,
+        submitLabel: "Start job",
+      }),
+    );
     await loadJobs();
   } catch (error) {
     if (error.status === 401) throw error;

@@ -4,7 +4,16 @@
 
 import { FINISHED, followJob, getJSON, request } from "./api.js";
 import { drawAnnealing, drawProjection, drawSizes } from "./charts.js";
-import { errorBox, formatDate, formatNumber, h, progressBar, shortId, show, statusBadge } from "./dom.js";
+import {
+  errorBox,
+  formatDate,
+  formatNumber,
+  h,
+  progressBar,
+  shortId,
+  show,
+  statusBadge,
+} from "./dom.js";
 import { centroidsCsv, labelsCsv, saveCsv, saveParquet } from "./download.js";
 
 /** Points per cluster, counted from the labels (when the result has no `metrics`). */
@@ -15,7 +24,11 @@ export function sizesOf(labels, k) {
 }
 
 function facts(pairs) {
-  return h("dl", { className: "facts" }, pairs.flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]));
+  return h(
+    "dl",
+    { className: "facts" },
+    pairs.flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
+  );
 }
 
 function paramValue(value) {
@@ -23,8 +36,17 @@ function paramValue(value) {
 }
 
 function title(job, onCancel) {
-  const cancel = FINISHED.includes(job.status) ? null : h("button", { type: "button", className: "small", onclick: onCancel }, "Cancel");
-  return h("h2", { className: "job-title" }, "Job ", h("code", { title: job.id }, shortId(job.id)), " ", cancel);
+  const cancel = FINISHED.includes(job.status)
+    ? null
+    : h("button", { type: "button", className: "small", onclick: onCancel }, "Cancel");
+  return h(
+    "h2",
+    { className: "job-title" },
+    "Job ",
+    h("code", { title: job.id }, shortId(job.id)),
+    " ",
+    cancel,
+  );
 }
 
 function details(job) {
@@ -39,7 +61,12 @@ function details(job) {
       ["created", formatDate(job.created_at)],
       ["finished", formatDate(job.finished_at)],
     ]),
-    h("details", { className: "params", open: true }, h("summary", {}, "Parameters"), h("dl", {}, params)),
+    h(
+      "details",
+      { className: "params", open: true },
+      h("summary", {}, "Parameters"),
+      h("dl", {}, params),
+    ),
   );
 }
 
@@ -50,10 +77,22 @@ function progressView(job) {
   return h(
     "div",
     { className: "progress-panel", id: "progress", dataset: { status: job.status } },
-    h("div", { className: "status-line" }, statusBadge(job.status),
+    h(
+      "div",
+      { className: "status-line" },
+      statusBadge(job.status),
       running ? progressBar(fraction, "job progress") : null,
-      running && fraction !== null ? h("span", { id: "progress-percent" }, `${Math.round(100 * fraction)}%`) : null),
-    running ? facts([["σ", formatNumber(p.sigma)], ["iteration", formatNumber(p.iteration)], ["objective", formatNumber(p.objective)]]) : null,
+      running && fraction !== null
+        ? h("span", { id: "progress-percent" }, `${Math.round(100 * fraction)}%`)
+        : null,
+    ),
+    running
+      ? facts([
+          ["σ", formatNumber(p.sigma)],
+          ["iteration", formatNumber(p.iteration)],
+          ["objective", formatNumber(p.objective)],
+        ])
+      : null,
     job.status === "queued" ? h("p", { className: "muted" }, "Waiting for a worker…") : null,
     job.error ? errorBox(new Error(job.error)) : null,
   );
@@ -71,7 +110,11 @@ function metricsTable(result) {
     ["Davies–Bouldin", metrics.davies_bouldin],
     ["Calinski–Harabasz", metrics.calinski_harabasz],
   ].filter(([, value]) => value !== undefined);
-  return h("div", { id: "metrics" }, facts(rows.map(([t, v]) => [t, typeof v === "number" ? formatNumber(v) : v ?? "–"])));
+  return h(
+    "div",
+    { id: "metrics" },
+    facts(rows.map(([t, v]) => [t, typeof v === "number" ? formatNumber(v) : (v ?? "–")])),
+  );
 }
 
 function downloads(jobId, result, labels) {
@@ -84,14 +127,21 @@ function downloads(jobId, result, labels) {
       show(failed, errorBox(error));
     }
   };
-  const button = (id, text, action) => h("button", { type: "button", id, onclick: guard(action) }, text);
+  const button = (id, text, action) =>
+    h("button", { type: "button", id, onclick: guard(action) }, text);
   return h(
     "div",
     { className: "downloads" },
-    button("download-labels-csv", "Labels (CSV)", async () => saveCsv(labelsCsv(await labels()), `${jobId}-labels.csv`)),
-    button("download-centroids-csv", "Centroids (CSV)", async () => saveCsv(centroidsCsv(result.centroids), `${jobId}-centroids.csv`)),
+    button("download-labels-csv", "Labels (CSV)", async () =>
+      saveCsv(labelsCsv(await labels()), `${jobId}-labels.csv`),
+    ),
+    button("download-centroids-csv", "Centroids (CSV)", async () =>
+      saveCsv(centroidsCsv(result.centroids), `${jobId}-centroids.csv`),
+    ),
     button("download-labels-parquet", "Labels (Parquet)", () => saveParquet(jobId, "labels")),
-    button("download-centroids-parquet", "Centroids (Parquet)", () => saveParquet(jobId, "centroids")),
+    button("download-centroids-parquet", "Centroids (Parquet)", () =>
+      saveParquet(jobId, "centroids"),
+    ),
     failed,
   );
 }
@@ -101,7 +151,8 @@ async function resultView(box, job) {
   const result = await getJSON(`v1/jobs/${job.id}/result?exclude=labels`);
   const k = result.centroids.length;
   let labelsPromise = null;
-  const labels = () => (labelsPromise ??= getJSON(`v1/jobs/${job.id}/result?include=labels`).then((r) => r.labels));
+  const labels = () =>
+    (labelsPromise ??= getJSON(`v1/jobs/${job.id}/result?include=labels`).then((r) => r.labels));
   const charts = {
     annealing: h("div", { className: "chart", id: "chart-annealing" }),
     projection: h("div", { className: "chart", id: "chart-projection" }),
@@ -109,7 +160,13 @@ async function resultView(box, job) {
   };
   show(
     box,
-    h("section", { className: "card wide" }, h("h2", {}, "Result"), metricsTable(result), downloads(job.id, result, labels)),
+    h(
+      "section",
+      { className: "card wide" },
+      h("h2", {}, "Result"),
+      metricsTable(result),
+      downloads(job.id, result, labels),
+    ),
     h("section", { className: "card wide" }, charts.annealing),
     h("section", { className: "card" }, charts.projection),
     h("section", { className: "card" }, charts.sizes),
@@ -117,8 +174,10 @@ async function resultView(box, job) {
   const drawing = [
     drawAnnealing(charts.annealing, result.history, result.k_path, result.inertia),
     getJSON(`v1/jobs/${job.id}/projection`).then((p) => drawProjection(charts.projection, p, k)),
-    (result.metrics?.sizes ? Promise.resolve(result.metrics.sizes) : labels().then((l) => sizesOf(l, k)))
-      .then((sizes) => drawSizes(charts.sizes, sizes)),
+    (result.metrics?.sizes
+      ? Promise.resolve(result.metrics.sizes)
+      : labels().then((l) => sizesOf(l, k))
+    ).then((sizes) => drawSizes(charts.sizes, sizes)),
   ];
   const outcomes = await Promise.allSettled(drawing);
   Object.values(charts).forEach((chart, i) => {

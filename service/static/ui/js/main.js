@@ -33,7 +33,11 @@ function keyState() {
     apiKey.clear();
     location.reload();
   };
-  show(state, "key set ", h("button", { type: "button", className: "small", onclick: forget }, "Forget key"));
+  show(
+    state,
+    "key set ",
+    h("button", { type: "button", className: "small", onclick: forget }, "Forget key"),
+  );
 }
 
 /** Until the API answers: ask for a key while it says 401. */
@@ -65,7 +69,15 @@ async function route() {
       await authenticate();
       return route();
     }
-    show(view, h("section", { className: "card wide" }, errorBox(error), h("a", { href: "#/" }, "Back to the datasets and jobs")));
+    show(
+      view,
+      h(
+        "section",
+        { className: "card wide" },
+        errorBox(error),
+        h("a", { href: "#/" }, "Back to the datasets and jobs"),
+      ),
+    );
   }
 }
 

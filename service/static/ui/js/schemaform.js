@@ -54,8 +54,14 @@ function input(name, control, schema, required) {
     case "boolean":
       return h("input", { ...base, type: "checkbox", checked: schema.default === true });
     case "select": {
-      const blank = required || schema.default !== undefined ? [] : [h("option", { value: "" }, "–")];
-      const select = h("select", base, blank, control.choices.map((c) => h("option", { value: c }, c)));
+      const blank =
+        required || schema.default !== undefined ? [] : [h("option", { value: "" }, "–")];
+      const select = h(
+        "select",
+        base,
+        blank,
+        control.choices.map((c) => h("option", { value: c }, c)),
+      );
       if (schema.default !== undefined) select.value = schema.default;
       return select;
     }
@@ -69,7 +75,13 @@ function input(name, control, schema, required) {
         "span",
         { className: "combo" },
         h("input", { ...base, type: "text", list, pattern, placeholder }),
-        list ? h("datalist", { id: list }, control.choices.map((c) => h("option", { value: c }))) : null,
+        list
+          ? h(
+              "datalist",
+              { id: list },
+              control.choices.map((c) => h("option", { value: c })),
+            )
+          : null,
       );
     }
     default:
@@ -119,12 +131,18 @@ export function schemaForm(schema, { custom = {}, onSubmit, submitLabel = "Submi
   const names = Object.keys(schema.properties);
   const build = (name) =>
     custom[name]
-      ? h("div", { className: "field", dataset: { field: name } },
+      ? h(
+          "div",
+          { className: "field", dataset: { field: name } },
           h("label", { for: custom[name].id }, schema.properties[name].title || name, " *"),
-          custom[name])
+          custom[name],
+        )
       : field(name, schema.properties[name], required.has(name));
   const main = names.filter((n) => required.has(n)).map(build);
-  const more = names.filter((n) => !required.has(n)).map(build).filter(Boolean);
+  const more = names
+    .filter((n) => !required.has(n))
+    .map(build)
+    .filter(Boolean);
   const form = h(
     "form",
     { className: "schema-form" },
