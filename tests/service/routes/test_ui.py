@@ -296,7 +296,7 @@ def test_upload_cluster_and_read_the_result_in_a_browser(browser: Any, live: Liv
 
     # Drop a CSV: it is uploaded with a progress bar and listed.
     drop_file(page, "#drop-zone", "blobs.csv", blobs_csv())
-    row = page.wait_for_selector("#datasets tbody tr")
+    row = page.wait_for_selector("#datasets tbody tr:has-text('blobs.csv')")
     assert "blobs.csv" in row.inner_text() and "6,000 × 3" in row.inner_text()
     assert page.eval_on_selector(".upload progress", "bar => bar.value") == 1
     dataset_id = row.get_attribute("data-id")
@@ -452,3 +452,41 @@ def test_the_annealing_chart_draws_a_k_path(browser: Any, live: Live) -> None:
     assert "distinct centres" in page.inner_text("#k-path-chart")
     assert tab.errors == []
     page.context.close()
+
+
+@pytest.mark.browser
+def test_the_page_shows_what_the_service_refuses(browser: Any, live: Live) -> None:
+    tab = signed_in(browser, live)
+    page = tab.page
+    drop_file(page, "#drop-zone", "notes.xyz", "1,2\n")
+    assert ".csv" in page.wait_for_selector(".upload-status .error").inner_text()
+    drop_file(page, "#drop-zone", "bad.csv", "1,2\n3,oops\n")
+    refused = page.wait_for_selector(".upload-status .error:has-text('row')").inner_text()
+    assert "oops" in refused or "column 1" in refused, refused
+    drop_file(page, "#drop-zone", "tiny.csv", "0,0\n1,1\n5,5\n")
+    page.wait_for_selector("#datasets tbody tr:has-text('tiny.csv')")
+    # Three rows cannot make ten clusters: the service's 422, the field it names marked.
+    page.fill("#field-n_clusters", "10")
+    page.click(".schema-form button[type=submit]")
+    error = page.wait_for_selector(".form-error .error").inner_text()
+    assert "n_clusters" in error and "exceeds n_samples" in error
+    assert page.get_attribute('.field[data-field="n_clusters"]', "class").endswith("invalid")
+    assert "#/jobs/" not in page.url
+    page.context.close()
+
+
+@pytest.mark.browser
+def test_without_keys_the_page_asks_for_none(
+    browser: Any, redis_server: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with private_db(redis_server, 15) as url:
+        settings = make_settings(url, tmp_path_factory.mktemp("open"), key_prefix="ui-open")
+        with live_server(settings, tmp_path_factory.mktemp("tmp"), workers=0) as base_url:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(f"{base_url}/")
+            page.wait_for_selector("#datasets-card .empty")  # no datasets yet, no key asked
+            assert not page.is_visible("#key-dialog") and page.inner_text("#key-state") == ""
+            assert page.evaluate("sessionStorage.length") == 0 and errors == []
+            page.close()

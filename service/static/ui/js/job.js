@@ -187,7 +187,7 @@ async function resultView(box, job) {
 
 /** Draw the view of job `jobId` into `root`; `signal` ends its event stream. */
 export async function jobView(root, jobId, signal) {
-  let job = await getJSON(`v1/jobs/${jobId}`);
+  let job = await getJSON(`v1/jobs/${jobId}`, { signal }); // aborted: another view is shown
   const top = h("section", { className: "card wide", id: "job-card" });
   const resultBox = h("div", { className: "result", id: "result" });
   show(root, top, resultBox);
