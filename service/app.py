@@ -25,6 +25,7 @@ from service.queue import JobQueue
 from service.results import ResultStore
 from service.routes import datasets, health, jobs
 from service.routes.docs import install_docs
+from service.routes.ui import install_ui
 from service.settings import Settings, get_settings
 from service.tenants import Keyring
 from service.uploads import Spooler
@@ -104,4 +105,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(health.router)
     install_docs(app)
+    install_ui(app)
     return app

@@ -112,6 +112,19 @@ class ResultNotFound(ServiceError, KeyError):
         )
 
 
+class ProjectionNotFound(ResultNotFound):
+    """A stored result without a projection: written before the service recorded one."""
+
+    def __init__(self, job_id: str) -> None:
+        ServiceError.__init__(
+            self,
+            f"the result of job {job_id!r} was stored without a projection (by an older "
+            "version of the service); run the job again to get one",
+            field="path.job_id",
+            message="no stored projection",
+        )
+
+
 class InvalidIdempotencyKey(ServiceError):
     """An ``Idempotency-Key`` of the wrong length."""
 

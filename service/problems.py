@@ -35,6 +35,7 @@ from service.errors import (
     JobTooLarge,
     NotAcceptable,
     NotConfigured,
+    ProjectionNotFound,
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
@@ -84,6 +85,7 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     ResultNotFound: _Problem(
         404, "result-not-found", hint="; the result files were deleted or have expired"
     ),
+    ProjectionNotFound: _Problem(404, "projection-not-found"),
     # 422 like every other invalid field (the route's header constraint says the same).
     InvalidIdempotencyKey: _Problem(422, "invalid-idempotency-key"),
     IdempotencyKeyReused: _Problem(422, "idempotency-key-reused"),

@@ -1,7 +1,8 @@
 """Fitted results on the shared data directory, written atomically, one directory per attempt.
 
 Layout: ``{data_dir}/results/{job_id}/attempt-{n}/`` holds ``centroids.npy``, ``labels.npy``,
-``assignments.npz`` (scipy sparse CSR) and ``summary.json``. An attempt is written into a
+``assignments.npz`` (scipy sparse CSR), ``summary.json`` and ``projection.npz`` (a 2-D
+picture of a sample, :mod:`service.projection`). An attempt is written into a
 hidden staging directory beside it and renamed into place once every file is flushed, so a
 reader never sees half a result. Each attempt (the queue's fencing token) has its own
 directory, so a stale worker finishing late never overwrites the winner's files; it deletes
@@ -28,13 +29,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse
 
+from service import projection
 from service.common import is_safe_id, jsonable, utc_now
-from service.errors import ResultNotFound
+from service.errors import ProjectionNotFound, ResultNotFound
 
 if TYPE_CHECKING:
     from rbfkm_engine import RBFKMeans
 
 _ATTEMPT = re.compile(r"attempt-(\d+)")
+#: The files every stored result has (results stored before projections lack that one).
+_FILES = ("centroids.npy", "labels.npy", "assignments.npz", "summary.json")
 
 
 def k_path_entries(path: list[Any]) -> list[dict[str, Any]]:
@@ -139,8 +143,10 @@ class ResultStore:
                 }
             )
             (staging / "summary.json").write_text(json.dumps(summary, allow_nan=False))
+            picture = projection.project(X, labels, assignments, centroids)
+            projection.save(staging / projection.FILENAME, picture)
             stored_bytes = 0
-            for name in ("centroids.npy", "labels.npy", "assignments.npz", "summary.json"):
+            for name in (*_FILES, projection.FILENAME):
                 _fsync_file(staging / name)
                 stored_bytes += (staging / name).stat().st_size
             final = directory / f"attempt-{attempt}"
@@ -210,6 +216,14 @@ class ResultStore:
     def assignments_path(self, job_id: str) -> Path:
         """The scipy ``.npz`` file of the soft assignments, to stream as is."""
         return self.result_dir(job_id) / "assignments.npz"
+
+    def projection(self, job_id: str) -> projection.Projection:
+        """The 2-D picture of a sample of the data; ProjectionNotFound for a result stored
+        before the service recorded one."""
+        path = self.result_dir(job_id) / projection.FILENAME
+        if not path.is_file():
+            raise ProjectionNotFound(job_id)
+        return projection.load(path)
 
     def model(self, job_id: str) -> RBFKMeans:
         """A fitted estimator (CPU) that predicts with the stored centres, without refitting."""

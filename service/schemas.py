@@ -451,6 +451,51 @@ class SparseRows(BaseModel):
     values: list[float]
 
 
+#: A point of the projection's plane.
+Point2 = Annotated[
+    list[float],
+    Field(min_length=2, max_length=2),
+    WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}),
+]
+
+
+class Projection(BaseModel):
+    """`GET /v1/jobs/{id}/projection`: a seeded sample of the data (at most 5 000 rows) on
+    its first two principal axes, computed by the worker when the job finished."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "n_samples": 300,
+                    "rows": [0, 1, 2],
+                    "points": [[-4.1, 0.3], [5.2, -0.1], [-3.9, 0.2]],
+                    "labels": [0, 1, 0],
+                    "entropy": [0.0, 0.12, 0.0],
+                    "centroids": [[-4.0, 0.2], [5.1, 0.0]],
+                    "explained_variance_ratio": [0.93, 0.05],
+                }
+            ]
+        }
+    )
+
+    n_samples: int = Field(description="Rows of the dataset the sample is drawn from.")
+    rows: list[int] = Field(description="The sampled rows (indices into the dataset), ascending.")
+    points: list[Point2] = Field(description="Each sampled row on the two principal axes.")
+    labels: list[int] = Field(description="Each sampled row's label.")
+    entropy: list[float] = Field(
+        description="Shannon entropy (nats) of each sampled row's soft assignment: 0 for a "
+        "point in one cluster only, at most ln k."
+    )
+    centroids: list[Point2] = Field(description="The centroids on the same axes.")
+    explained_variance_ratio: list[float] = Field(
+        description="The share of the sample's variance each axis explains (0 for an axis "
+        "the data lacks).",
+        min_length=2,
+        max_length=2,
+    )
+
+
 class Prediction(BaseModel):
     """`POST /v1/jobs/{id}/predict`."""
 

@@ -90,7 +90,7 @@ def redoc(request: Request) -> HTMLResponse:
     )
 
 
-class _AssetMount(Mount):
+class AssetMount(Mount):
     """A mount that names itself as the request's route, as FastAPI's routes do, so the HTTP
     metrics count asset requests under `/static/docs` rather than as unmatched paths."""
 
@@ -105,7 +105,7 @@ def mount_static(app: FastAPI) -> None:
     """Serve `STATIC_DIR` at `STATIC_PATH`; raises if the directory is missing (an install
     without its package data)."""
     assets = StaticFiles(directory=STATIC_DIR, check_dir=True)
-    app.router.routes.append(_AssetMount(STATIC_PATH, app=assets, name="docs-static"))
+    app.router.routes.append(AssetMount(STATIC_PATH, app=assets, name="docs-static"))
 
 
 def install_docs(app: FastAPI) -> None:

@@ -56,6 +56,7 @@ from service.schemas import (
     JobList,
     JobResult,
     Prediction,
+    Projection,
     SparseRows,
 )
 from service.settings import Settings
@@ -544,6 +545,24 @@ def get_assignments(
         link = f"/v1/jobs/{job_id}/assignments?offset={next_offset}&limit={limit}"
         headers["Link"] = f'<{link}>; rel="next"'
     return JSONResponse(page, headers=headers)
+
+
+@router.get(
+    "/{job_id}/projection",
+    response_model=Projection,
+    summary="A 2-D picture of the clusters",
+    description=(
+        "A seeded sample of the dataset (at most 5 000 rows, the same on every read) on its "
+        "first two principal axes, with each sampled row's index, label and the entropy of "
+        "its soft assignment, and the centroids on the same axes: what the web page at "
+        "`/ui/` draws. The worker computes it when the job finishes. `409` until the job has "
+        "succeeded; `404` for a result stored without one (by an older version)."
+    ),
+    responses=problems(404, 409),
+)
+def get_projection(job: OwnedJob, results: Results) -> JSONResponse:
+    job_id = _succeeded_or_409(job)["id"]
+    return JSONResponse(results.projection(job_id).as_json())
 
 
 def _predict(model: Any, x: np.ndarray) -> dict[str, Any]:

@@ -67,6 +67,9 @@ JOB_LINKS: dict[str, Any] = {
     "GetAssignments": link(
         "GET", f"{_JOB}/assignments", "The soft assignments.", parameters={"job_id": ID}
     ),
+    "GetProjection": link(
+        "GET", f"{_JOB}/projection", "A 2-D picture of the clusters.", parameters={"job_id": ID}
+    ),
     "Predict": link(
         "POST", f"{_JOB}/predict", "Assign new points with the model.", parameters={"job_id": ID}
     ),

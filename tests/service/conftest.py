@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -141,6 +142,15 @@ def live_server(settings: Settings, tmp_dir: Path, workers: int = 1) -> Iterator
         server.should_exit = True
         thread.join(30)
         stop_processes(processes)
+
+
+def chromium() -> str:
+    """The path of a Chromium (or Chrome) on this machine; skips the test without one."""
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("Chromium is not installed (apt-get install chromium)")
 
 
 @contextlib.contextmanager

@@ -174,3 +174,19 @@ def test_summary_is_strict_json(store: ResultStore, fitted: tuple[RBFKMeans, np.
     text = (store.result_dir("job1") / "summary.json").read_text()
     parsed = json.loads(text, parse_constant=lambda name: pytest.fail(f"non-JSON {name}"))
     assert parsed["history"] == [{"sigma": 1.5, "objective": None, "iterations": 3}]
+
+
+def test_the_projection_is_stored_with_the_result(
+    store: ResultStore, fitted: tuple[RBFKMeans, np.ndarray]
+) -> None:
+    model, X = fitted
+    meta = store.save("job1", model, X)
+    picture = store.projection("job1")
+    assert picture.n_samples == 120 and picture.rows.tolist() == list(range(120))
+    np.testing.assert_array_equal(picture.labels, model.labels_)
+    assert picture.centroids.shape == (3, 2)
+    files = sorted(p.name for p in store.result_dir("job1").iterdir())
+    assert "projection.npz" in files
+    assert meta["stored_bytes"] == sum(
+        (store.result_dir("job1") / name).stat().st_size for name in files
+    )

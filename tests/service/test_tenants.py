@@ -198,6 +198,7 @@ def _by_id_routes(dataset_id: str, job_id: str) -> list[tuple[str, str, dict[str
         ("GET", f"/v1/jobs/{job_id}/result", {}),
         ("GET", f"/v1/jobs/{job_id}/assignments", {}),
         ("GET", f"/v1/jobs/{job_id}/assignments", {"headers": {"Accept": "application/x-npz"}}),
+        ("GET", f"/v1/jobs/{job_id}/projection", {}),
         ("POST", f"/v1/jobs/{job_id}/predict", csv),
         ("POST", f"/v1/jobs/{job_id}/cancel", {}),
         ("DELETE", f"/v1/jobs/{job_id}", {}),
@@ -236,7 +237,7 @@ def test_two_tenants_never_see_each_other(live: Live) -> None:
     assert copy.json()["tenant"] == "umbrella"
 
     # The owner still has everything, untouched by the other tenant's deletes and cancels.
-    for method, path, extra in _by_id_routes(mine["id"], job["id"])[:6]:
+    for method, path, extra in _by_id_routes(mine["id"], job["id"])[:7]:
         assert acme.request(method, path, **extra).status_code == 200, (method, path)
     assert acme.get(f"/v1/jobs/{job['id']}").json()["status"] == "succeeded"
 
@@ -248,7 +249,7 @@ def test_an_admin_sees_and_manages_every_tenant(live: Live) -> None:
     job = _succeeded_job(umbrella, u["id"])
     assert {a["id"], u["id"]} <= _ids(admin, "/v1/datasets")
     assert job["id"] in _ids(admin, "/v1/jobs")
-    for method, path, extra in _by_id_routes(u["id"], job["id"])[:6]:
+    for method, path, extra in _by_id_routes(u["id"], job["id"])[:7]:
         assert admin.request(method, path, **extra).status_code == 200, (method, path)
     # What an admin creates is the admin tenant's; it may run jobs on any tenant's data.
     own = _upload(admin, npy_bytes(X + 3)).json()

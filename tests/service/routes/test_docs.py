@@ -27,8 +27,8 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.embedded import free_port
-from service.routes import docs
-from tests.service.conftest import assert_problem, live_server, make_settings
+from service.routes import docs, ui
+from tests.service.conftest import assert_problem, chromium, live_server, make_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 README = docs.STATIC_DIR / "README.md"
@@ -259,6 +259,10 @@ def test_a_built_wheel_carries_the_assets(tmp_path: Path) -> None:
         names = set(archive.namelist())
         for path in [*manifest(), "README.md"]:
             assert f"service/static/docs/{path}" in names, path
+        # The web page's files (service/routes/ui.py) are package data the same way.
+        for path in ui.STATIC_DIR.rglob("*"):
+            if path.is_file():
+                assert f"service/static/ui/{path.relative_to(ui.STATIC_DIR)}" in names, path
         installed = tmp_path / "site"
         archive.extractall(installed)
     # Installed (not editable), the module finds the assets inside the installed package.
@@ -278,14 +282,6 @@ def test_a_built_wheel_carries_the_assets(tmp_path: Path) -> None:
 
 
 # --- In a browser that cannot reach other hosts ------------------------------------------
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("Chromium is not installed (apt-get install chromium)")
 
 
 @pytest.fixture(scope="module")

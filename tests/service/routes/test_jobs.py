@@ -557,3 +557,52 @@ def test_events_follow_a_job_until_it_is_canceled(client: TestClient, queue: Job
     assert set(kinds[1:-1]) <= {("progress", "running")}
     fractions = [e["data"]["progress"]["fraction"] or 0 for e in events[:-1]]
     assert fractions == sorted(fractions) and len(set(e["id"] for e in events)) == len(events)
+
+
+# ---- the projection ------------------------------------------------------------------------
+
+
+def test_the_worker_stores_a_projection_the_route_serves(
+    client: TestClient, fitted_job: dict[str, Any], settings: Settings
+) -> None:
+    path = f"/v1/jobs/{fitted_job['id']}/projection"
+    response = client.get(path)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    result = client.get(f"/v1/jobs/{fitted_job['id']}/result").json()
+    # 30 points: every row is in the sample, with its own label.
+    assert body["n_samples"] == 30 and body["rows"] == list(range(30))
+    assert body["labels"] == result["labels"]
+    assert len(body["points"]) == len(body["entropy"]) == 30
+    assert len(body["centroids"]) == 2 and all(len(p) == 2 for p in body["centroids"])
+    assert all(0 <= e <= np.log(2) + 1e-9 for e in body["entropy"])
+    assert 0.5 < sum(body["explained_variance_ratio"]) <= 1 + 1e-9
+    stored = ResultStore(settings.data_dir).result_dir(fitted_job["id"]) / "projection.npz"
+    assert stored.is_file()
+
+
+def test_a_projection_is_a_409_before_success_and_a_404_for_unknown_jobs(
+    client: TestClient,
+) -> None:
+    job = _queued_job(client)
+    body = assert_problem(client.get(f"/v1/jobs/{job['id']}/projection"), 409)
+    assert "queued" in body["detail"]
+    assert_problem(client.get(f"/v1/jobs/{'0' * 32}/projection"), 404)
+
+
+def test_a_result_stored_without_a_projection_says_so(
+    client: TestClient, fitted_job: dict[str, Any], settings: Settings
+) -> None:
+    store = ResultStore(settings.data_dir)
+    (store.result_dir(fitted_job["id"]) / "projection.npz").unlink()
+    body = assert_problem(client.get(f"/v1/jobs/{fitted_job['id']}/projection"), 404)
+    assert body["type"].endswith("projection-not-found") and "run the job again" in body["detail"]
+    assert client.get(f"/v1/jobs/{fitted_job['id']}/result").status_code == 200
+
+
+def test_the_projection_is_in_the_openapi_document(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    operation = document["paths"]["/v1/jobs/{job_id}/projection"]["get"]
+    assert {"200", "404", "409"} <= set(operation["responses"])
+    schema = document["components"]["schemas"]["Projection"]
+    assert set(schema["required"]) >= {"rows", "points", "labels", "entropy", "centroids"}
