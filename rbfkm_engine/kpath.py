@@ -132,7 +132,11 @@ def settle_path(
 ) -> torch.Tensor:
     """Give each count with centres a short Lloyd finish (at most
     :data:`PATH_LLOYD_ITERATIONS`), its inertia, weighted sizes and the labels of a
-    seeded sample of rows; returns that sample's row indices.
+    seeded sample of rows; returns that sample's rows.
+
+    Over the shards of a data-parallel fit every quantity is the union's: the masses and
+    sizes are summed over the shards, and the sample is drawn from the rows of every shard
+    (the same draws on every rank), so each rank settles and scores the same path.
 
     Each count is finished from the lower-inertia of two starts: its centres as annealing
     left them, and the ``coldest`` centres (the most the fit grew) merged down to its
@@ -142,13 +146,12 @@ def settle_path(
     the partition the finer structure implies. Runs after the fit's own last pass: it
     reuses the workspace's labels and buffers.
     """
-    n = ws.X.shape[0]
-    sample = _sample_rows(n, generator, ws.X.device)
+    sample = PathSample(ws, generator)
     settled = [count.k for count in path if count.centres is not None]
     if not settled:
-        return sample
+        return sample.rows()
     ws.hard_labels(coldest)
-    masses = torch.bincount(ws.labels, weights=ws.w, minlength=coldest.shape[0]).double()
+    masses = _sizes(ws, coldest.shape[0])
     merged = ward_levels(coldest, masses, max(settled))
     if ws.sphere:  # merged directions, back on the sphere
         merged = {k: C / C.norm(dim=1, keepdim=True) for k, C in merged.items()}
@@ -160,9 +163,15 @@ def settle_path(
         C = settle(ws, start, tol)
         count.centres = C
         count.inertia = ws.hard_labels(C)
-        count.sizes = torch.bincount(ws.labels, weights=ws.w, minlength=C.shape[0]).double()
-        count.sample_labels = ws.labels[sample].clone()
-    return sample
+        count.sizes = _sizes(ws, C.shape[0])
+        count.sample_labels = sample.labels()
+    return sample.rows()
+
+
+def _sizes(ws: Workspace, k: int) -> torch.Tensor:
+    """The weighted mass of each of the ``k`` clusters of the workspace's labels, over
+    every shard."""
+    return ws.reducer.sum(torch.bincount(ws.labels, weights=ws.w, minlength=k).double())
 
 
 def ward_levels(C: torch.Tensor, masses: torch.Tensor, up_to: int) -> dict[int, torch.Tensor]:
@@ -203,11 +212,37 @@ def settle(ws: Workspace, C: torch.Tensor, tol: float) -> torch.Tensor:
     return C
 
 
-def _sample_rows(n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    """Indices of at most :data:`PATH_SAMPLE_ROWS` distinct rows, drawn by the fit's
-    generator (all rows when there are no more)."""
-    if n <= PATH_SAMPLE_ROWS:
-        return torch.arange(n, device=device)
-    gen_device = device if generator is None else generator.device
-    order = torch.randperm(n, generator=generator, device=gen_device)
-    return order[:PATH_SAMPLE_ROWS].to(device)
+class PathSample:
+    """At most :data:`PATH_SAMPLE_ROWS` distinct rows of the union of the shards, drawn by
+    the fit's generator (all rows when there are no more): every rank draws the same global
+    indices and fills in the rows of its own shard."""
+
+    def __init__(self, ws: Workspace, generator: torch.Generator | None) -> None:
+        self.ws = ws
+        n, device = ws.n_total, ws.X.device
+        if n <= PATH_SAMPLE_ROWS:
+            chosen = torch.arange(n, device=device)
+        else:
+            gen_device = device if generator is None else generator.device
+            chosen = torch.randperm(n, generator=generator, device=gen_device)[:PATH_SAMPLE_ROWS]
+            chosen = chosen.to(device)
+        local = chosen - ws.offset
+        mine = (local >= 0) & (local < ws.X.shape[0])
+        self.size = chosen.shape[0]
+        self.positions = torch.nonzero(mine).squeeze(1)
+        self.local_rows = local[mine]
+
+    def _union(self, part: torch.Tensor, trailing: tuple[int, ...]) -> torch.Tensor:
+        """``part`` (this shard's sampled rows of something) at its places in the sample,
+        summed over the shards: the whole sample on every rank."""
+        whole = torch.zeros((self.size, *trailing), dtype=part.dtype, device=part.device)
+        whole[self.positions] = part
+        return self.ws.reducer.sum(whole)
+
+    def rows(self) -> torch.Tensor:
+        """The sampled rows of the data."""
+        return self._union(self.ws.X[self.local_rows], (self.ws.X.shape[1],))
+
+    def labels(self) -> torch.Tensor:
+        """The workspace's current labels of the sampled rows."""
+        return self._union(self.ws.labels[self.local_rows], ())

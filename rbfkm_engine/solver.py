@@ -92,7 +92,7 @@ def solve(
     if auto is not None:
         path = ctx.path.counts(C, auto.max_clusters)
         sample = settle_path(ws, path, ctx.tol, ctx.generator, C)
-        k = choose(auto.criterion, path, auto.max_clusters, ws.X[sample], ws.total_weight)
+        k = choose(auto.criterion, path, auto.max_clusters, sample, ws.total_weight)
         chosen = [count.centres for count in path if count.k == k and count.centres is not None]
         ws.k = k if chosen else min(auto.max_clusters, C.shape[0])
         C = chosen[0] if chosen else C[: ws.k]  # no count settled: the budget ran out

@@ -30,6 +30,8 @@ CASES: dict[str, tuple[dict, bool]] = {
     "entmax15": ({"assignment": "entmax15", "n_clusters": 7}, True),
     # float64 data fitted in float32: labels_ and inertia_ come from predict's own pass.
     "entmax15-float32": ({"assignment": "entmax15", "n_clusters": 4, "dtype": "float32"}, False),
+    # k chosen from the path: its counts settled and scored over the union of the shards.
+    "auto": ({"assignment": "entmax15", "n_clusters": "auto", "max_clusters": 8}, True),
 }
 #: Centres agree to this (absolute, data of unit scale); float32 sums in another order
 #: round differently.
@@ -98,6 +100,7 @@ def _fitted(model: RBFKMeans) -> dict:
         "inertia": model.inertia_,
         "n_iter": model.n_iter_,
         "history": model.history_,
+        "path": [(count.k, count.inertia) for count in model.k_path_],
     }
 
 
@@ -128,6 +131,10 @@ def test_sharded_fit_equals_the_fit_of_the_concatenation(world: int, tmp_path: P
             np.testing.assert_allclose(got["centres"], fit["centres"], atol=atol, err_msg=name)
             rel = 1e-5 if name in ATOL else 1e-9
             assert got["inertia"] == pytest.approx(fit["inertia"], rel=rel), name
+            assert [k for k, _ in got["path"]] == [k for k, _ in fit["path"]], name
+            for (_, a), (_, b) in zip(got["path"], fit["path"], strict=True):
+                assert (a is None) == (b is None), name
+                assert a is None or a == pytest.approx(b, rel=rel), name
             assert got["n_iter"] == fit["n_iter"], name
             assert len(got["history"]) == len(fit["history"]), name
             assert np.array_equal(got["centres"], results[0][name]["centres"]), name
