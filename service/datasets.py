@@ -105,13 +105,15 @@ class DatasetStore:
         name: str | None,
         tenant: str = DEFAULT_TENANT,
         weight_column: str | None = None,
+        source: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Parse, validate and store a spooled body as ``tenant``'s; `(dataset, created)`.
 
         The same bytes with the same `name` argument, parsed the same way, uploaded again by
         the same tenant return the stored dataset with `created=False`. The spooled file is
         consumed either way. ``weight_column``: the column of sample weights
-        (:mod:`service.weights`), taken out of the features.
+        (:mod:`service.weights`), taken out of the features. ``source``: the URL the body
+        was read from (:mod:`service.sources`), kept on the dataset.
         """
         parsing = media if weight_column is None else f"{media};weights={weight_column}"
         sha_key = self._sha_key(upload.sha256, name, parsing, tenant)
@@ -142,6 +144,7 @@ class DatasetStore:
                 "created_at": utc_now().isoformat(),
                 "tenant": tenant,
                 "weight_column": weight_column,
+                "source": source,
             }
             self._save(meta, sha_key)
             return meta, True
@@ -190,6 +193,7 @@ class DatasetStore:
             "created_at": meta["created_at"],
             "tenant": meta.get("tenant") or DEFAULT_TENANT,
             "weight_column": meta.get("weight_column") or None,
+            "source": meta.get("source") or None,
         }
 
     def get(self, dataset_id: str) -> dict[str, Any] | None:

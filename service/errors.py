@@ -84,6 +84,16 @@ class UnsafeUrl(ServiceError):
         super().__init__(detail, field=field, message=message)
 
 
+class SourceUnavailable(ServiceError):
+    """A dataset's ``source`` (or a job's ``output``) the service could not read (write):
+    unreachable, missing, refused, too slow; the detail says which and what to change."""
+
+    def __init__(
+        self, detail: str, message: str = "source unavailable", field: str = "body.source"
+    ) -> None:
+        super().__init__(detail, field=field, message=message)
+
+
 class NotConfigured(ServiceError):
     """A feature the server is not set up for, for this tenant (no webhook secret); the
     detail names the setting an operator would set."""

@@ -39,6 +39,7 @@ from service.errors import (
     QuotaExceeded,
     ResultNotFound,
     ServiceError,
+    SourceUnavailable,
     UnsafeUrl,
     UnsupportedMediaType,
     UploadInterrupted,
@@ -96,6 +97,7 @@ _DOMAIN: dict[type[ServiceError], _Problem] = {
     JobTooLarge: _Problem(422, "job-too-large"),
     UnsafeUrl: _Problem(422, "unsafe-url"),
     NotConfigured: _Problem(422, "not-configured"),
+    SourceUnavailable: _Problem(422, "source-unavailable"),
     QuotaExceeded: _Problem(429, "quota-exceeded", retry=True),
 }
 

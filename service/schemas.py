@@ -75,6 +75,38 @@ class DatasetInline(BaseModel):
     name: str | None = Field(default=None, max_length=NAME_MAX_LENGTH)
 
 
+#: The URL schemes a dataset's ``source`` may have (HTTP, and the object stores).
+SOURCE_PATTERN = r"^([Hh][Tt][Tt][Pp][Ss]?|[Ss]3|[Gg][Ss])://"
+
+
+class DatasetSource(BaseModel):
+    """`application/json` body of `POST /v1/datasets` that names the data instead of
+    holding it: the service reads it from the URL (see `source`)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"source": "s3://bucket/points.parquet", "name": "points"}]
+        },
+    )
+
+    source: str = Field(
+        min_length=1,
+        max_length=2048,
+        pattern=SOURCE_PATTERN,
+        description="Where the data is: `https://...` (a host that is not public is a `422` "
+        "unless the server allows it), or `s3://bucket/key`, `gs://bucket/key` (with the "
+        "server's credentials for the caller's tenant, never the request's). Its format is "
+        "the key's extension (`.csv`, `.parquet`, `.npy`, `.json`), else its content type; "
+        "the limits and errors are an upload's.",
+    )
+    name: str | None = Field(
+        default=None,
+        max_length=NAME_MAX_LENGTH,
+        description="Name of the dataset (default: the source's file name).",
+    )
+
+
 class Dataset(BaseModel):
     """A stored dataset."""
 
@@ -111,6 +143,9 @@ class Dataset(BaseModel):
         default=None,
         description="The upload's column of sample weights (`weight_column` on upload), "
         "kept apart from the features; `null`: unweighted.",
+    )
+    source: str | None = Field(
+        default=None, description="The URL the data was read from (`null`: uploaded)."
     )
 
 

@@ -100,11 +100,25 @@ class Settings(BaseSettings):
         default=False,
         description="Log every request (off by default: it costs a share of a status poll).",
     )
-    # ---- what the service reaches on a client's behalf (webhooks) ----
+    # ---- what the service reaches on a client's behalf (webhooks, sources, outputs) ----
     url_allowlist: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Hosts and networks (CIDRs) webhooks and dataset sources may reach although "
-        "they are not public (loopback, private, link-local...): JSON list or comma-separated.",
+        description="Hosts and networks (CIDRs) webhooks, dataset sources and object-store "
+        "endpoints may reach although they are not public (loopback, private, link-local...): "
+        "JSON list or comma-separated.",
+    )
+    storage_options: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="Object-store credentials by tenant, then by scheme, as fsspec takes them: "
+        'JSON `{"tenant": {"s3": {"key": ..., "secret": ..., "endpoint_url": ...}}}` (`"*"`: '
+        "every other tenant; `{}`: the backend's own defaults). A tenant without options for a "
+        "scheme cannot read `source` or write `output` URLs of it.",
+    )
+    source_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="The longest a dataset's `source` may take to read (and each network "
+        "step of it); slower is a `422`.",
     )
     webhook_secrets: dict[str, str] = Field(
         default_factory=dict,

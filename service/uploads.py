@@ -84,32 +84,54 @@ class Upload:
     size: int
 
 
+class SpoolFile:
+    """A body being written to a temp file, hashed and counted as it comes; BodyTooLarge
+    once over ``max_bytes`` (the file is removed on any error: use it as a context manager).
+    """
+
+    def __init__(self, tmp_dir: Path, max_bytes: int) -> None:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=tmp_dir, suffix=".upload")
+        self.path = Path(name)
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._digest = hashlib.sha256()
+        self._out = os.fdopen(fd, "wb", buffering=1 << 20)
+
+    def write(self, chunk: bytes) -> None:
+        """Append a chunk (BodyTooLarge once the body is over the limit)."""
+        self.size += len(chunk)
+        if self.size > self.max_bytes:
+            raise BodyTooLarge(self.max_bytes)
+        self._digest.update(chunk)
+        self._out.write(chunk)
+
+    def finish(self, empty: str) -> Upload:
+        """The complete body; InvalidDataset saying ``empty`` for a body of no bytes."""
+        self._out.close()
+        if self.size == 0:
+            raise InvalidDataset(empty)
+        return Upload(path=self.path, sha256=self._digest.hexdigest(), size=self.size)
+
+    def __enter__(self) -> SpoolFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None:
+            self._out.close()
+            self.path.unlink(missing_ok=True)
+
+
 async def spool(
     chunks: AsyncIterator[bytes], tmp_dir: Path, max_bytes: int, declared: int | None = None
 ) -> Upload:
     """Write a streamed body to a temp file, hashing it; BodyTooLarge once over `max_bytes`."""
     if declared is not None and declared > max_bytes:
         raise BodyTooLarge(max_bytes)
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=tmp_dir, suffix=".upload")
-    path = Path(name)
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as out:
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > max_bytes:
-                    raise BodyTooLarge(max_bytes)
-                digest.update(chunk)
-                out.write(chunk)
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    if size == 0:
-        path.unlink(missing_ok=True)
-        raise InvalidDataset("the request body is empty; send the dataset as the body")
-    return Upload(path=path, sha256=digest.hexdigest(), size=size)
+    with SpoolFile(tmp_dir, max_bytes) as out:
+        async for chunk in chunks:
+            out.write(chunk)
+        return out.finish("the request body is empty; send the dataset as the body")
 
 
 @dataclass(frozen=True)

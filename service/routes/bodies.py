@@ -11,7 +11,7 @@ from fastapi import Query, Request
 from starlette.requests import ClientDisconnect
 
 from service.errors import UploadInterrupted
-from service.schemas import DatasetInline, Problem
+from service.schemas import DatasetInline, DatasetSource, Problem
 from service.uploads import Spooler, Upload
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,28 @@ DATASET_BODY: dict[str, Any] = {
             },
             "application/x-npy": {"schema": _BINARY},
             "application/vnd.apache.parquet": {"schema": _BINARY},
+        },
+    }
+}
+
+
+#: `POST /v1/datasets`: a dataset body as :data:`DATASET_BODY`, or JSON that names where
+#: the data is (:class:`~service.schemas.DatasetSource`).
+NEW_DATASET_BODY: dict[str, Any] = {
+    "requestBody": {
+        **DATASET_BODY["requestBody"],
+        "description": "The dataset, by Content-Type; or, as JSON, where to read it from.",
+        "content": {
+            **DATASET_BODY["requestBody"]["content"],
+            "application/json": {
+                "schema": {
+                    "oneOf": [DatasetInline.model_json_schema(), DatasetSource.model_json_schema()]
+                },
+                "examples": {
+                    "data": {"value": {"data": [[0.0, 1.0], [0.5, 1.5]], "name": "toy"}},
+                    "source": {"value": {"source": "s3://bucket/points.parquet"}},
+                },
+            },
         },
     }
 }

@@ -206,3 +206,82 @@ class Receiver:
 
 #: A webhook secret for tests (Standard Webhooks' own example).
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+class FileServer:
+    """A real HTTP server on loopback serving ``files`` (path -> bytes): dataset sources.
+
+    A path not in ``files`` answers 404; ``redirects`` (path -> location) answer 302."""
+
+    def __init__(self, files: dict[str, bytes], redirects: dict[str, str] | None = None) -> None:
+        import http.server
+
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path in (redirects or {}):
+                    self.send_response(302)
+                    self.send_header("Location", (redirects or {})[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = server.files.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.files = files
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+#: The credentials of the test object store (moto accepts any).
+S3_KEY, S3_SECRET = "test-key", "test-secret"
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """An S3-compatible server on loopback (moto's server mode): its endpoint URL; skips
+    without moto, s3fs or boto3 (``pip install 'rbfkm[test]'``)."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("boto3")
+    server_mode = pytest.importorskip("moto.server")
+    port = free_port()
+    server = server_mode.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def s3_client(endpoint: str) -> Any:
+    """A boto3 client of the test object store (to put sources and read outputs)."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+    )
+
+
+def s3_options(endpoint: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """``RBFKM_STORAGE_OPTIONS`` that reach the test object store, for every tenant."""
+    return {"*": {"s3": {"key": S3_KEY, "secret": S3_SECRET, "endpoint_url": endpoint}}}

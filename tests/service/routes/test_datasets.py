@@ -19,7 +19,7 @@ from tests.service.conftest import assert_problem, blobs, npy_bytes, upload
 
 X = blobs(30, 2, 3)
 SPEC_DATASET_FIELDS = {"id", "name", "n_samples", "n_features", "dtype", "sha256", "size_bytes"}
-SPEC_DATASET_FIELDS |= {"created_at", "stored_bytes", "tenant", "weight_column"}
+SPEC_DATASET_FIELDS |= {"created_at", "stored_bytes", "tenant", "weight_column", "source"}
 
 
 def test_upload_every_format(client: TestClient) -> None:
