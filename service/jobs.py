@@ -89,6 +89,9 @@ def job_record(raw: dict[Any, Any]) -> dict[str, Any] | None:
     webhook = webhook_record(h.get("webhook"), params.get("callback_url"))
     if webhook is not None:  # a job with a callback_url
         record["webhook"] = webhook
+    output = output_record(h.get("result"), params.get("output"), record["status"])
+    if output is not None:  # a job with an output
+        record["output"] = output
     return record
 
 
@@ -98,3 +101,25 @@ def webhook_record(stored: str | None, url: str | None) -> dict[str, Any] | None
     if stored:
         return json.loads(stored)
     return None if url is None else {"url": url, "deliveries": [], "delivered": False}
+
+
+#: ``status`` of a job's ``output`` (:mod:`service.outputs`): before its result, once
+#: written, on a failed write, and for a job that ended without a result.
+OUTPUT_PENDING, OUTPUT_WRITTEN, OUTPUT_FAILED, OUTPUT_SKIPPED = (
+    "pending",
+    "written",
+    "failed",
+    "skipped",
+)
+
+
+def output_record(result: str | None, url: str | None, status: str | None) -> dict[str, Any] | None:
+    """A job's ``output``: the worker's record of the write, stored with the result
+    (``service.outputs`` writes it); None for a job without an ``output``."""
+    if url is None:
+        return None
+    stored = json.loads(result).get("output") if result else None
+    if stored:
+        return stored
+    ended = status in (JobStatus.FAILED, JobStatus.CANCELED)
+    return {"url": url, "status": OUTPUT_SKIPPED if ended else OUTPUT_PENDING}

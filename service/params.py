@@ -100,8 +100,9 @@ EXPOSED: dict[str, Exposed] = {
 #: ``GET /v1/jobs/{id}`` shows them) and read by the worker, never passed to ``RBFKMeans``.
 #: ``max_runtime_s``: the job's time limit per attempt, in seconds
 #: (:func:`runtime_limit`; the API fills in the server's default, ``RBFKM_MAX_RUNTIME_S``);
-#: ``callback_url``: the job's webhook (:mod:`service.webhooks`).
-SERVICE_PARAMS: frozenset[str] = frozenset({"max_runtime_s", "callback_url"})
+#: ``callback_url``: the job's webhook (:mod:`service.webhooks`); ``output``: where the
+#: worker writes the results (:mod:`service.outputs`).
+SERVICE_PARAMS: frozenset[str] = frozenset({"max_runtime_s", "callback_url", "output"})
 
 #: Engine parameters a job cannot set, and why.
 HIDDEN: dict[str, str] = {

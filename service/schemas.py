@@ -188,8 +188,9 @@ class _JobBody(EngineFields):
         `422` that names the cap.
         """
         params = self.model_dump(exclude={"dataset_id"})
-        if params.get("callback_url") is None:  # a webhook: only when asked for
-            params.pop("callback_url", None)
+        for optional in ("callback_url", "output"):  # a webhook, an output: when asked for
+            if params.get(optional) is None:
+                params.pop(optional, None)
         params["max_runtime_s"] = _runtime_limit(params.get("max_runtime_s"), settings)
         return params
 
@@ -248,6 +249,20 @@ JobCreate = model_with(
             examples=["https://example.com/hooks/rbfkm"],
         ),
     ),
+    output=(
+        str | None,
+        Field(
+            default=None,
+            max_length=2048,
+            pattern=r"^([Ss]3|[Gg][Ss])://",
+            description="An object-store prefix (`s3://bucket/prefix/`, `gs://...`) the "
+            "worker writes the results to, as Parquet (`labels.parquet`, "
+            "`centroids.parquet`, `assignments.parquet`), with the server's credentials for "
+            "the tenant; `output` of the job records the outcome. A store the server has no "
+            "options for is a `422`.",
+            examples=["s3://bucket/results/run-1/"],
+        ),
+    ),
 )
 
 
@@ -275,6 +290,18 @@ class Webhook(BaseModel):
     url: str
     deliveries: list[WebhookDelivery]
     delivered: bool = Field(description="Whether a try was answered with a 2xx.")
+
+
+class JobOutput(BaseModel):
+    """Where a job's results are written (its `output`) and how that went."""
+
+    url: str
+    status: Literal["pending", "written", "failed", "skipped"] = Field(
+        description="`pending` until the job has a result; `written`; `failed` (the "
+        "result is kept and served all the same); `skipped`: the job ended without one."
+    )
+    files: list[str] | None = Field(default=None, description="The objects written.")
+    error: str | None = Field(default=None, description="Why the write failed.")
 
 
 class Job(BaseModel):
@@ -313,6 +340,9 @@ class Job(BaseModel):
     tenant: str = Field(default=DEFAULT_TENANT, description="The tenant that owns the job.")
     webhook: Webhook | None = Field(
         default=None, description="The webhook of a job with a `callback_url`."
+    )
+    output: JobOutput | None = Field(
+        default=None, description="The results' copy of a job with an `output`."
     )
 
 

@@ -50,16 +50,21 @@ from service import threads as threads_module
 from service.datasets import dataset_weights, load_dataset
 from service.devices import DeviceLock, device_for_index, job_device, worker_device
 from service.errors import DatasetNotFound
+from service.jobs import OUTPUT_FAILED
 from service.logs import OutageLog
+from service.outputs import OutputWriter
 from service.params import engine_params, runtime_limit
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
 from service.settings import Settings
+from service.tenants import DEFAULT_TENANT
 from service.webhooks import start_sender
 
 log = logging.getLogger(__name__)
 
 LoadDataset = Callable[[str], np.ndarray]
+#: Copies a stored result to a job's ``output``: (url, job id, tenant, metadata) -> record.
+WriteOutput = Callable[[str, str, str, dict[str, Any]], dict[str, Any]]
 
 #: Errors the user caused (bad parameters, a missing dataset): the job fails at once, without
 #: retries. ``DatasetNotFound`` is a ``LookupError``, listed for clarity.
@@ -173,10 +178,13 @@ class Worker:
         max_runtime_s: float | None = None,
         max_runtime_cap_s: float | None = None,
         load_weights: Callable[[str], np.ndarray | None] | None = None,
+        write_output: WriteOutput | None = None,
     ) -> None:
         """``max_runtime_s``: the time limit of a job that stores none (one queued before
         jobs had limits; ``None``: no limit); ``max_runtime_cap_s``: the server's cap, which
-        a timed-out job's error names."""
+        a timed-out job's error names; ``write_output``: copies a result to a job's
+        ``output`` (:class:`service.outputs.OutputWriter`; None: such jobs record that
+        this worker cannot)."""
         self.queue = queue
         self.results = results
         self.load_dataset = load_dataset
@@ -193,6 +201,7 @@ class Worker:
         self.purge_every_s = timing.purge_every_s
         self.max_runtime_s = max_runtime_s
         self.max_runtime_cap_s = max_runtime_cap_s
+        self.write_output = write_output
         self._stop: threading.Event | None = None  # set by run(): hand the job back
         #: One outage log for the loop, the lease thread and the progress writes: a lost
         #: Redis is one line (and a reminder now and then), not one per failed call.
@@ -258,6 +267,7 @@ class Worker:
                     self._stopped(claim, reason, limit_s)
                     return
                 meta = self.results.save(claim.job_id, model, X, attempt=claim.attempt)
+                self._output(claim, meta)
                 if self.queue.succeed(claim, meta):
                     self.results.prune(claim.job_id, keep=claim.attempt)
                     log.info("job %s attempt %d succeeded", claim.job_id, claim.attempt)
@@ -276,6 +286,21 @@ class Worker:
                 log.exception("job %s attempt %d crashed", claim.job_id, claim.attempt)
                 status = self.queue.fail(claim, f"{type(exc).__name__}: {exc}", retryable=True)
                 log.info("job %s is now %s", claim.job_id, status)
+
+    def _output(self, claim: Claim, meta: dict[str, Any]) -> None:
+        """Copy the saved result to the job's ``output``, if it has one, and record the
+        outcome in ``meta`` (committed with the result); a failed copy fails nothing."""
+        url = claim.params.get("output")
+        if not url:
+            return
+        if self.write_output is None:
+            error = "this worker was started without storage settings; run the job again"
+            meta["output"] = {"url": url, "status": OUTPUT_FAILED, "error": error}
+            return
+        tenant = (self.queue.get(claim.job_id) or {}).get("tenant") or DEFAULT_TENANT
+        meta["output"] = self.write_output(
+            url, claim.job_id, tenant, {"job_id": claim.job_id, **meta}
+        )
 
     def _fit(self, claim: Claim, keeper: _LeaseKeeper) -> tuple[Any | None, np.ndarray]:
         """The fitted model (``None`` when the fit was stopped: ``keeper.reason`` says why)
@@ -434,15 +459,17 @@ def run_worker_process(
     try:
         queue = JobQueue.from_settings(client, config)
         start_sender(queue, config, stop)  # this process also sends due webhooks
+        results = ResultStore(config.data_dir)
         worker = Worker(
             queue,
-            ResultStore(config.data_dir),
+            results,
             dataset_loader(config.data_dir),
             device=device_for_index(config.device, index),
             estimator=estimator,
             max_runtime_s=config.max_runtime_s,
             max_runtime_cap_s=config.max_runtime_cap_s,
             load_weights=functools.partial(dataset_weights, config.data_dir),
+            write_output=OutputWriter(results, config),
         )
         worker.run(stop)
     finally:

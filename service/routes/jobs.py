@@ -38,6 +38,7 @@ from service.idempotency import _MAX_KEY_LENGTH as MAX_KEY_LENGTH
 from service.idempotency import HEADER as IDEMPOTENCY_HEADER
 from service.idempotency import StoredResponse, fingerprint, idempotent_job_id
 from service.jobs import UNFINISHED, JobStatus
+from service.outputs import check_output
 from service.problems import RETRY_AFTER, ProblemError
 from service.routes.bodies import (
     DATASET_BODY,
@@ -131,9 +132,12 @@ def _check_against_dataset(
 
 
 def check_service_urls(params: dict[str, Any], settings: Settings, tenant: str) -> None:
-    """The job's webhook: configured for the tenant, and a host the service may reach."""
+    """The job's webhook and output: configured for the tenant, and hosts the service may
+    reach."""
     if params.get("callback_url"):
         check_callback(params["callback_url"], settings, tenant)
+    if params.get("output"):
+        check_output(params["output"], settings, tenant)
 
 
 @router.post(

@@ -16,8 +16,9 @@ from tests.rbfkm_client.conftest import KEY, Live, X
 
 
 def test_the_estimator_passes_every_engine_parameter_of_the_api() -> None:
-    # callback_url is where to announce the job's end, not a parameter of the fit.
-    job_only = {"dataset_id", "n_clusters", "callback_url"}
+    # callback_url is where to announce the job's end, output where to copy its results:
+    # neither is a parameter of the fit.
+    job_only = {"dataset_id", "n_clusters", "callback_url", "output"}
     assert set(ENGINE_PARAMS) == set(JobCreate.model_fields) - job_only
     assert set(ENGINE_PARAMS) < set(RemoteRBFKMeans().get_params())
 
