@@ -1,8 +1,9 @@
 """Data to send: arrays, data frames, Arrow tables and files, as the bodies the API reads.
 
 An array or a data frame travels as ``.npy`` (exact, compact, no optional dependency); an
-Arrow table as Parquet; a file as itself, its type told by its extension; a URL is fetched
-by the client first (the service reads only what is sent to it).
+Arrow table as Parquet; a file as itself, its type told by its extension. A dataset's URL
+(http(s), s3, gs) goes by reference: the service reads it (:func:`source_body`); rows to
+predict are sent themselves, a URL of them fetched by the client first.
 """
 
 from __future__ import annotations
@@ -40,6 +41,20 @@ class Body:
 def is_url(value: Any) -> bool:
     """Whether ``value`` is an http(s) URL (rather than a path or a dataset id)."""
     return isinstance(value, str) and urlparse(value).scheme in ("http", "https")
+
+
+#: The URL schemes the service reads a dataset from itself (``{"source": URL}``).
+SOURCE_SCHEMES: tuple[str, ...] = ("http", "https", "s3", "gs")
+
+
+def is_source(value: Any) -> bool:
+    """Whether ``value`` is a URL the service can read a dataset from (http(s), s3, gs)."""
+    return isinstance(value, str) and urlparse(value).scheme.lower() in SOURCE_SCHEMES
+
+
+def source_body(url: str, name: str | None = None) -> dict[str, str]:
+    """The JSON body that has the service read the dataset at ``url`` itself."""
+    return {"source": url, **({"name": name} if name else {})}
 
 
 def media_of(name: str, content_type: str | None = None) -> str:

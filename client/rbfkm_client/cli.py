@@ -7,10 +7,12 @@ rbfkm-client jobs list | show ID | cancel ID
 rbfkm-client datasets list
 ```
 
-Input: a ``.npy``, ``.csv``, ``.parquet`` or ``.json`` file, or an http(s) URL of one.
+Input: a ``.npy``, ``.csv``, ``.parquet`` or ``.json`` file, or an ``https://``,
+``s3://`` or ``gs://`` URL of one (read by the service itself).
 Output by extension: ``.parquet`` (the service's table: ``row``, ``label``), ``.csv``
 (the same columns) or ``.npy`` (the labels alone); ``--centers`` likewise for the
-centroids. ``--url`` and ``--api-key`` default to ``$RBFKM_URL`` and ``$RBFKM_API_KEY``.
+centroids; ``--output-url s3://bucket/prefix/`` has the worker write every table there.
+``--url`` and ``--api-key`` default to ``$RBFKM_URL`` and ``$RBFKM_API_KEY``.
 """
 
 from __future__ import annotations
@@ -63,10 +65,19 @@ def _param(value: str) -> tuple[str, Any]:
 
 def _add_fit(commands: Any) -> None:
     fit = commands.add_parser("fit", help="Cluster a data file on the service.")
-    fit.add_argument("data", help="A .npy, .csv, .parquet or .json file, or an http(s) URL.")
+    fit.add_argument(
+        "data",
+        help="A .npy, .csv, .parquet or .json file, or an https://, s3:// or gs:// URL of one "
+        "(read by the service).",
+    )
     fit.add_argument("-k", "--n-clusters", type=int, required=True, help="Clusters to find.")
     fit.add_argument("--out", type=_output, help="Write the labels (.parquet, .csv, .npy).")
     fit.add_argument("--centers", type=_output, help="Write the centroids (same formats).")
+    fit.add_argument(
+        "--output-url",
+        metavar="URL",
+        help="An object-store prefix (s3://bucket/prefix/) the worker writes the results to.",
+    )
     fit.add_argument("--random-state", type=int, help="Seed of the fit.")
     fit.add_argument("--assignment", help="entmax15, sparsemax, softmax, hard, ...")
     fit.add_argument("--device", help="auto, cpu, cuda, cuda:N.")
@@ -163,6 +174,8 @@ def run_fit(args: argparse.Namespace) -> int:
     for name in ("random_state", "assignment", "device", "max_runtime_s"):
         if getattr(args, name) is not None:
             params[name] = getattr(args, name)
+    if args.output_url is not None:
+        params["output"] = args.output_url
     with _client(args) as client:
         job = client.fit(
             args.data, args.n_clusters, wait=not args.no_wait, progress=args.progress, **params
@@ -175,6 +188,9 @@ def run_fit(args: argparse.Namespace) -> int:
             f"job {job.id} succeeded: {len(result.labels)} points in {len(result.centroids)} "
             f"clusters, {result.n_iter} iterations, inertia {result.inertia:.6g}"
         )
+        output = job.raw.get("output")
+        if output:
+            print(f"output {output['status']}: {output.get('error') or output['url']}")
         for path, part in ((args.out, "labels"), (args.centers, "centroids")):
             if path is not None:
                 _write(path, client, job, part, result)

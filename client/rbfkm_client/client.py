@@ -91,8 +91,10 @@ class Operations:
 
     def upload(self, data: Any, name: str | None = None) -> Dataset:
         """Store a dataset: an ndarray, a pandas DataFrame, a pyarrow Table, the path of a
-        ``.npy``/``.csv``/``.parquet``/``.json`` file, or an http(s) URL of one (fetched
-        by the client). The same bytes uploaded again return the stored dataset."""
+        ``.npy``/``.csv``/``.parquet``/``.json`` file, or an ``https://``, ``s3://`` or
+        ``gs://`` URL of one (sent by reference: the service reads it, with its own
+        credentials for the store). The same bytes uploaded again return the stored
+        dataset."""
         return self._run(self._api.upload(data, name))
 
     def dataset(self, dataset: Dataset | str) -> Dataset:

@@ -13,7 +13,15 @@ from typing import Any
 import httpx
 import numpy as np
 
-from rbfkm_client.bodies import EXTENSIONS, Body, body_of, body_of_download, is_url
+from rbfkm_client.bodies import (
+    EXTENSIONS,
+    Body,
+    body_of,
+    body_of_download,
+    is_source,
+    is_url,
+    source_body,
+)
 from rbfkm_client.errors import ApiError, JobFailed, WaitTimeout, require
 from rbfkm_client.media import ARROW_STREAM, EVENT_STREAM
 from rbfkm_client.models import (
@@ -72,7 +80,11 @@ class Api:
         return body_of_download(data, response, name)
 
     def upload(self, data: Any, name: str | None = None) -> Operation[Dataset]:
-        """Store ``data`` as a dataset (the same bytes again return the stored one)."""
+        """Store ``data`` as a dataset (the same bytes again return the stored one); a URL
+        is sent by reference, for the service to read."""
+        if is_source(data):
+            stored = yield from self.json("POST", "/v1/datasets", json=source_body(data, name))
+            return Dataset.from_json(stored)
         body = yield from self.body(data, name)
         params = {"name": body.name} if body.name else None
         headers = {"Content-Type": body.content_type}
@@ -110,7 +122,7 @@ class Api:
         """The id of a dataset given as a Dataset, an id, or data to upload."""
         if isinstance(dataset, Dataset):
             return dataset.id
-        if isinstance(dataset, str) and not is_url(dataset) and not _looks_like_file(dataset):
+        if isinstance(dataset, str) and not is_source(dataset) and not _looks_like_file(dataset):
             return dataset
         stored = yield from self.upload(dataset)
         return stored.id

@@ -33,6 +33,7 @@ def live(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             tmp_path_factory.mktemp("client-data"),
             key_prefix="client",
             api_keys={"main": [KEY], "tight": {"keys": [TIGHT_KEY], "max_active_jobs": 1}},
+            url_allowlist=["127.0.0.1"],  # the service reads URLs of a test's file server
         )
         with live_server(settings, tmp_path_factory.mktemp("client-tmp")) as url:
             wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 120, "a worker")

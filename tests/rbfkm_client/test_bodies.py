@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from rbfkm_client.bodies import body_of, is_url, media_of
+from rbfkm_client.bodies import body_of, is_source, is_url, media_of, source_body
 from rbfkm_client.media import CSV, NPY, PARQUET
 
 
@@ -50,3 +50,8 @@ def test_files_by_extension(tmp_path: Path) -> None:
 def test_urls() -> None:
     assert is_url("https://example.org/x.npy") and not is_url("x.npy")
     assert not is_url("5b0c6f0a7c1e4a8e9d3f2b1a0c9d8e7f")
+    for url in ("s3://bucket/x.parquet", "GS://bucket/x.csv", "https://example.org/x.npy"):
+        assert is_source(url), url
+    assert not is_source("x.npy") and not is_source("ftp://example.org/x.npy")
+    assert source_body("s3://b/k.npy") == {"source": "s3://b/k.npy"}
+    assert source_body("s3://b/k.npy", "k") == {"source": "s3://b/k.npy", "name": "k"}

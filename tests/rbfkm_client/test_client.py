@@ -117,6 +117,9 @@ def test_upload_takes_arrays_frames_tables_files_and_urls(
     for source in sources:
         dataset = client.upload(source)
         assert (dataset.n_samples, dataset.n_features) == (60, 3), source
+    # A URL goes by reference: the service read it, and says from where.
+    url = f"{file_server}/{files['.npy'].name}"
+    assert client.upload(url, name="by-url").raw["source"] == url
     named = client.upload(files[".csv"])
     assert named.name == "points.csv"
     assert client.dataset(named.id) == named

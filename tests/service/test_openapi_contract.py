@@ -143,6 +143,15 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
         r"body\.callback_url",
         r"address$|does not resolve|not a valid URL|no host|credentials in URL|no webhook secret",
     ),
+    # a dataset's source: a host the server reaches, a store configured for the tenant, and
+    # a file there it can read; a job's output: a store configured for the tenant.
+    (
+        r"body\.source",
+        r"address$|does not resolve|not a valid URL|no host|credentials in URL|storage options"
+        r"|not a plain object URL|no bucket|not installed|not found|access denied|unreachable"
+        r"|timed out|unknown format|answered \d+|not a file|store unavailable|too many redirects",
+    ),
+    (r"body\.output", r"storage options|not a plain object URL|no bucket|not installed"),
 )
 
 
