@@ -26,7 +26,11 @@ RUN pip install --no-cache-dir --index-url "${TORCH_INDEX}" "torch==${TORCH_VERS
 COPY pyproject.toml README.md ./
 COPY rbfkm_engine ./rbfkm_engine
 COPY service ./service
-RUN pip install --no-cache-dir . \
+COPY client ./client
+# `s3`: datasets read from and results written to S3-compatible stores (MinIO in compose).
+# DL3013 takes the local project's extra for an unpinned package; pyproject.toml bounds it.
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir ".[s3]" \
     && useradd --create-home --uid 10001 rbfkm \
     && mkdir -p /data \
     && chown rbfkm /data

@@ -50,7 +50,7 @@ def test_dockerfile_cpu_base_cuda_by_argument_torch_first() -> None:
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
     assert re.search(r"^ARG TORCH_INDEX=https://download\.pytorch\.org/whl/cpu$", text, re.M)
     torch = text.index('--index-url "${TORCH_INDEX}" "torch==')
-    package = text.index("pip install --no-cache-dir .")
+    package = text.index('pip install --no-cache-dir ".[s3]"')
     assert torch < text.index("COPY service") < package, "torch is installed before the code"
     assert re.search(r"^USER \d+$", text, re.M), "runs as a non-root user"
     assert re.search(r'^CMD \["rbfkm", "api"\]$', text, re.M)
@@ -60,8 +60,8 @@ def test_dockerfile_cpu_base_cuda_by_argument_torch_first() -> None:
 
 def test_compose_services_and_volumes() -> None:
     doc = compose()
-    assert set(doc["services"]) == {"redis", "api", "worker"}
-    assert set(doc["volumes"]) >= {"redis-data", "data"}
+    assert set(doc["services"]) == {"redis", "api", "worker", "minio", "minio-init"}
+    assert set(doc["volumes"]) >= {"redis-data", "data", "minio-data"}
     redis = doc["services"]["redis"]
     command = redis["command"]
     assert command[0] == "redis-server"
@@ -100,3 +100,32 @@ def test_compose_worker_reserves_a_gpu_and_says_how_to_drop_it() -> None:
     assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
     text = COMPOSE.read_text()
     assert re.search(r"#.*CPU.*delete this `deploy:` block", text)
+
+
+def _defaults(text: str) -> str:
+    """Compose's ``${VAR:-default}`` with every default taken (no variable set)."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", text)
+
+
+@pytest.mark.parametrize("name", ["api", "worker"])
+def test_compose_app_services_reach_minio(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = compose()
+    env = doc["services"][name]["environment"]
+    for variable in ("RBFKM_STORAGE_OPTIONS", "RBFKM_URL_ALLOWLIST"):
+        monkeypatch.setenv(variable, _defaults(env[variable]))  # read as the service reads it
+    settings = Settings()
+    s3 = settings.storage_options["*"]["s3"]
+    assert s3["endpoint_url"] == "http://minio:9000"
+    minio = doc["services"]["minio"]["environment"]
+    assert (s3["key"], s3["secret"]) == (
+        _defaults(minio["MINIO_ROOT_USER"]),
+        _defaults(minio["MINIO_ROOT_PASSWORD"]),
+    )
+    assert "minio" in settings.url_allowlist, "MinIO is on a private address"
+    assert "9000:9000" in doc["services"]["minio"]["ports"]
+
+
+def test_compose_makes_the_bucket_once_minio_is_healthy() -> None:
+    init = compose()["services"]["minio-init"]
+    assert init["depends_on"]["minio"]["condition"] == "service_healthy"
+    assert "mc mb --ignore-existing local/rbfkm" in init["command"][0]
