@@ -71,9 +71,10 @@ def solve(
     ``C0=None`` grows the centres from the weighted mean (see :mod:`~rbfkm_engine.twins`);
     otherwise annealing starts from ``C0``. ``covariance``: the data's weighted covariance,
     when the caller has it (see :func:`~rbfkm_engine.anneal.anneal`). ``auto``: choose the
-    number of centres from the annealing path before the Lloyd finish. The result's
-    ``path`` holds the counts of centres annealing passed through, each settled by a short
-    Lloyd finish (:mod:`~rbfkm_engine.kpath`), after the fit's own last pass.
+    number of centres from the annealing path before the Lloyd finish, each count settled by
+    a short Lloyd finish (:mod:`~rbfkm_engine.kpath`). The result's ``path`` holds the
+    counts of centres annealing passed through (with a fixed ``k``, as annealing left
+    them).
     """
     ws = ctx.passes
     if ctx.path is None:
@@ -103,8 +104,11 @@ def solve(
     inertia = ws.hard_labels(C)
     labels = ws.labels.clone()
     if auto is None:
+        # A fixed k: the path as annealing left it, at no cost; only the last count (the
+        # fit itself) has an inertia. Settling every count is n_clusters="auto"'s work.
         path = ctx.path.counts(C, ws.k)
-        settle_path(ws, path, ctx.tol, ctx.generator, C)
+        if path and path[-1].k == C.shape[0]:
+            path[-1].inertia = inertia
     return SolverResult(
         centres=C,
         labels=labels,

@@ -360,8 +360,9 @@ class KPathEntry(BaseModel):
     )
     inertia: float | None = Field(
         default=None,
-        description="Inertia after a short Lloyd finish from its centres (`null` beyond the "
-        "counts the fit settles).",
+        description="Inertia after a short Lloyd finish from its centres, for every count "
+        'of an `n_clusters: "auto"` job; with a fixed `n_clusters` only the last count (the '
+        "fit itself) has one.",
     )
 
 

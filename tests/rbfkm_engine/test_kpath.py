@@ -31,15 +31,25 @@ def test_path_counts_grow_with_falling_temperatures(blobs):
     # through a merge, so appearances need not follow the previous count's split.
 
 
-def test_path_inertias_fall_and_end_on_the_fit(blobs):
-    km = RBFKMeans(6, random_state=0, device="cpu").fit(blobs)
+def test_settled_path_inertias_fall(blobs):
+    km = RBFKMeans("auto", max_clusters=6, random_state=0, device="cpu").fit(blobs)
     inertias = [record.inertia for record in km.k_path_]
     assert all(a >= b for a, b in itertools.pairwise(inertias))
-    assert inertias[-1] == pytest.approx(km.inertia_, rel=1e-5)
     one = km.k_path_[0]
     total = float(((blobs - blobs.mean(axis=0)) ** 2).sum())
     assert one.inertia == pytest.approx(total, rel=1e-5)
     assert one.centers.shape == (1, 2)
+    chosen = next(record for record in km.k_path_ if record.k == km.n_clusters_)
+    assert chosen.inertia >= km.inertia_ * (1 - 1e-6)
+
+
+def test_a_fixed_k_path_is_left_as_annealed_and_ends_on_the_fit(blobs):
+    km = RBFKMeans(6, random_state=0, device="cpu").fit(blobs)
+    *annealed, last = km.k_path_
+    assert all(record.inertia is None for record in annealed)
+    assert all(record.centers.shape == (record.k, 2) for record in annealed)
+    assert last.inertia == pytest.approx(km.inertia_, rel=1e-5)
+    np.testing.assert_allclose(last.centers, km.cluster_centers_, rtol=1e-5)
 
 
 def test_path_is_in_the_data_units(blobs):
