@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .anneal import LLOYD_SHARE, Schedule, anneal
-from .choose_k import CRITERIA, choose
+from .choose_k import CRITERIA, GapReference, choose
 from .context import FitContext
 from .kpath import PATH_CENTRES_LIMIT, PathCount, PathRecorder, settle_path
 from .lloyd import lloyd
@@ -51,6 +51,8 @@ class AutoK:
 
     max_clusters: int
     criterion: str = CRITERIA[0]
+    #: The gap statistic's reference paths (``criterion="gap"`` only).
+    reference: GapReference | None = None
 
 
 def annealing_budget(max_iter: int) -> int:
@@ -93,7 +95,7 @@ def solve(
     if auto is not None:
         path = ctx.path.counts(C, auto.max_clusters)
         sample = settle_path(ws, path, ctx.tol, ctx.generator, C)
-        k = choose(auto.criterion, path, auto.max_clusters, sample, ws.total_weight)
+        k = choose(auto.criterion, path, auto.max_clusters, sample, ws.total_weight, auto.reference)
         chosen = [count.centres for count in path if count.k == k and count.centres is not None]
         ws.k = k if chosen else min(auto.max_clusters, C.shape[0])
         C = chosen[0] if chosen else C[: ws.k]  # no count settled: the budget ran out
