@@ -40,7 +40,9 @@ class KPathRecord:
     """One count of centres on a fitted estimator's ``k_path_``, in the data's units.
 
     ``k``: the count; ``sigma_appear``: the temperature at which annealing reached it
-    (``None`` when it was only reached by seeding, or for a fit that did not anneal);
+    (``None`` when it was only reached by seeding, when annealing skipped it and
+    ``n_clusters="auto"`` filled it in by merging the coldest centres, or for a fit that
+    did not anneal);
     ``sigma_split``: the temperature at which it split again (``None`` for the last);
     ``centers``: with ``n_clusters="auto"`` after a short Lloyd finish from its annealed
     centres, with a fixed ``k`` as annealing left them (``None`` beyond the counts that
@@ -135,6 +137,7 @@ def settle_path(
     tol: float,
     generator: torch.Generator | None,
     coldest: torch.Tensor,
+    fill_to: int = 0,
 ) -> torch.Tensor:
     """Give each count with centres a short Lloyd finish (at most
     :data:`PATH_LLOYD_ITERATIONS`), its inertia, weighted sizes and the labels of a
@@ -149,18 +152,25 @@ def settle_path(
     count by Ward's rule (:func:`ward_levels`). Annealing may split a cluster
     before the one that merges two (a twin pair that drifts apart at a temperature where
     it would later fall back together); merging the coldest centres gives the same count
-    the partition the finer structure implies. Runs after the fit's own last pass: it
-    reuses the workspace's labels and buffers.
+    the partition the finer structure implies. Counts up to ``fill_to`` that annealing
+    skipped (several pairs split at one temperature) join the path from the merged start
+    alone, without temperatures, so that every ``k`` can be chosen. Runs after the fit's
+    own last pass: it reuses the workspace's labels and buffers.
     """
     sample = PathSample(ws, generator)
     settled = [count.k for count in path if count.centres is not None]
-    if not settled:
+    if not settled and not fill_to:
         return sample.rows()
     ws.hard_labels(coldest)
     masses = _sizes(ws, coldest.shape[0])
-    merged = ward_levels(coldest, masses, max(settled))
+    merged = ward_levels(coldest, masses, max([*settled, fill_to]))
     if ws.sphere:  # merged directions, back on the sphere
         merged = {k: C / C.norm(dim=1, keepdim=True) for k, C in merged.items()}
+    reached = {count.k for count in path}
+    for k in range(1, fill_to + 1):
+        if k not in reached and k in merged:
+            path.append(PathCount(k, None, None, merged[k]))
+    path.sort(key=lambda count: count.k)
     for count in path:
         if count.centres is None:
             continue

@@ -94,7 +94,7 @@ def solve(
     path: list[PathCount] = []
     if auto is not None:
         path = ctx.path.counts(C, auto.max_clusters)
-        sample = settle_path(ws, path, ctx.tol, ctx.generator, C)
+        sample = settle_path(ws, path, ctx.tol, ctx.generator, C, auto.max_clusters)
         k = choose(auto.criterion, path, auto.max_clusters, sample, ws.total_weight, auto.reference)
         chosen = [count.centres for count in path if count.k == k and count.centres is not None]
         ws.k = k if chosen else min(auto.max_clusters, C.shape[0])

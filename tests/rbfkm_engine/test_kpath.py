@@ -43,6 +43,19 @@ def test_settled_path_inertias_fall(blobs):
     assert chosen.inertia >= km.inertia_ * (1 - 1e-6)
 
 
+def test_auto_fills_in_the_counts_annealing_skipped():
+    # Five overlapping blobs: pairs split at one temperature and annealing skips counts.
+    X, _ = make_blobs(3000, centers=5, cluster_std=0.6, random_state=1)
+    km = RBFKMeans("auto", max_clusters=10, random_state=0, device="cpu").fit(X)
+    assert [record.k for record in km.k_path_] == list(range(1, 11))
+    skipped = [r for r in km.k_path_ if r.sigma_appear is None]
+    assert skipped, "this set was chosen because annealing skips counts on it"
+    for record in km.k_path_:
+        assert record.inertia is not None and record.centers.shape == (record.k, 2)
+        assert (record.sigma_appear is None) == (record.sigma_split is None) or record.k == 10
+    assert km.n_clusters_ == 5
+
+
 def test_a_fixed_k_path_is_left_as_annealed_and_ends_on_the_fit(blobs):
     km = RBFKMeans(6, random_state=0, device="cpu").fit(blobs)
     *annealed, last = km.k_path_
