@@ -445,7 +445,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         )
         with BlockPool(cpu_threads(Xt.device)) as pool:
             chunk = self._chunk(Xt, k)
-            auto = self._auto_k(Xt, mean, cov, rng, reducer)
+            auto = self._auto_k(Xt, mean, cov, rng, check, reducer)
             n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
             best: SolverResult | None = None
             iterations_done = 0
@@ -494,16 +494,18 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         mean: torch.Tensor,
         cov: torch.Tensor | None,
         rng: np.random.RandomState,
+        check: Interrupt,
         reducer: Reducer,
     ) -> AutoK | None:
         """How ``n_clusters="auto"`` chooses (``None`` for a fixed ``k``); the gap
-        criterion's reference paths are fitted here, before the data's own run."""
+        criterion's reference paths are fitted here, before the data's own run (``check``
+        stops them as it stops the fit)."""
         if not self._auto():
             return None
         reference = None
         if self._k_criterion == "gap":
             seed = reducer.broadcast_ints([rng.randint(np.iinfo(np.int32).max)])[0]
-            reference = self._gap_reference(Xt, mean, cov, seed, reducer)
+            reference = self._gap_reference(Xt, mean, cov, seed, check, reducer)
         return AutoK(int(self.max_clusters), self._k_criterion, reference)
 
     def _gap_reference(
@@ -512,6 +514,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         mean: torch.Tensor,
         cov: torch.Tensor | None,
         seed: int,
+        check: Interrupt,
         reducer: Reducer,
     ) -> GapReference:
         """The k paths of the gap statistic's reference sets (in the fit's frame): one
@@ -520,12 +523,17 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         generator = torch.Generator(device=Xt.device)
         generator.manual_seed(seed)
         rows = min(GAP_REFERENCE_ROWS, int(reducer.sum_floats(Xt.shape[0])[0]))
+
+        def stop() -> bool:  # the outer fit's check raises FitInterrupted itself
+            check()
+            return False
+
         paths = []
         for Z in principal_box_samples(Xt, mean, cov, generator, rows, reducer):
             params = {**self.get_params(), "random_state": seed, "verbose": False}
             reference = type(self)(**params)
             reference._k_criterion = "lifetime"  # needs no scoring: only the path is read
-            reference.fit(Z, process_group=None)
+            reference.fit(Z, should_stop=stop, process_group=None)
             paths.append(
                 {r.k: r.inertia / rows for r in reference.k_path_ if r.inertia is not None}
             )

@@ -105,12 +105,15 @@ def test_reference_sets_fill_the_box_of_the_principal_axes():
     assert all(torch.equal(a, b) for a, b in zip(sets, again, strict=True))
 
 
-class GapKMeans(RBFKMeans):
-    _k_criterion = "gap"
-
-
-def test_the_gap_criterion_finds_separated_clusters():
+@pytest.mark.parametrize("criterion", ["gap", "silhouette"])
+def test_the_criteria_find_separated_clusters(criterion):
     X, _ = make_blobs(1500, centers=4, cluster_std=0.4, random_state=3)
-    km = GapKMeans("auto", max_clusters=8, random_state=0, device="cpu").fit(X)
+    km = RBFKMeans("auto", max_clusters=8, random_state=0, device="cpu")
+    km._k_criterion = criterion
+    km.fit(X)
     assert km.n_clusters_ == 4
     np.testing.assert_array_equal(km.labels_, km.predict(X))
+
+
+def test_the_default_criterion_is_the_gap():
+    assert RBFKMeans._k_criterion == "gap"

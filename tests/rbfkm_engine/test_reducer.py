@@ -30,10 +30,14 @@ CASES: dict[str, tuple[dict, bool]] = {
     "entmax15": ({"assignment": "entmax15", "n_clusters": 7}, True),
     # float64 data fitted in float32: labels_ and inertia_ come from predict's own pass.
     "entmax15-float32": ({"assignment": "entmax15", "n_clusters": 4, "dtype": "float32"}, False),
-    # k chosen from the path: its counts settled and scored over the union of the shards.
+    # k chosen from the path (the gap statistic: reference sets in the union's principal
+    # box, the same on every rank), its counts settled over the union of the shards.
     "auto": ({"assignment": "entmax15", "n_clusters": "auto", "max_clusters": 8}, True),
-    # The gap statistic: reference sets in the union's principal box, the same on each rank.
-    "auto-gap": ({"n_clusters": "auto", "max_clusters": 6, "criterion": "gap"}, False),
+    # The silhouette: a sample drawn from the union's rows, the same on every rank.
+    "auto-silhouette": (
+        {"n_clusters": "auto", "max_clusters": 6, "criterion": "silhouette"},
+        False,
+    ),
 }
 #: Centres agree to this (absolute, data of unit scale); float32 sums in another order
 #: round differently.
