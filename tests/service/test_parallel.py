@@ -128,7 +128,6 @@ def test_cancel_stops_a_running_parallel_job(
     assert all(process.poll() is not None for process in ranks.processes)
 
 
-@pytest.mark.slow  # two attempts, each starting its ranks
 def test_a_killed_rank_fails_the_attempt_and_the_job_is_retried_whole(
     queue: JobQueue, make_worker: Callable[..., Worker], data_dir: Path
 ) -> None:
@@ -147,3 +146,20 @@ def test_a_killed_rank_fails_the_attempt_and_the_job_is_retried_whole(
     job = queue.get(job_id)
     assert (job["status"], job["attempts"]) == ("succeeded", 2)
     assert ResultStore(data_dir).summary(job_id)["processes"] == 2
+
+
+def test_a_parallel_job_past_its_time_limit_fails_and_its_ranks_end(
+    queue: JobQueue, make_worker: Callable[..., Worker], data_dir: Path
+) -> None:
+    worker = make_worker(queue, estimator=SlowRBFKMeans, worker_procs=2)
+    params = {**PARAMS, "max_iter": 300, "tol": 0.0, "parallel": 2, "max_runtime_s": 1.0}
+    job_id = queue.submit("ds", params)["id"]
+    thread = _run_in_thread(worker)
+    ranks = wait_for(lambda: worker.ranks, 30, "the ranks")
+    thread.join(60)
+    assert not thread.is_alive()
+    job = queue.get(job_id)
+    assert (job["status"], job["attempts"]) == ("failed", 1)
+    assert "exceeded its time limit of 1 s" in job["error"]
+    assert all(process.poll() is not None for process in ranks.processes)
+    assert not ResultStore(data_dir).exists(job_id)
