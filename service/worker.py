@@ -310,9 +310,9 @@ class Worker:
         device = job_device(claim.params, self.device)
         requested = claim.params.get("parallel")
         world = world_size(requested, parallel_capacity(device, self.worker_procs))
-        if requested not in (None, 1, world):
+        if isinstance(requested, int) and requested > world:
             log.warning(
-                "job %s asks for parallel=%s; this worker offers %d processes",
+                "job %s asks for parallel=%s; it runs on the %d processes this worker offers",
                 claim.job_id,
                 requested,
                 world,
