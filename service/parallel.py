@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from rbfkm_engine.device import cuda_count
+from service.errors import NON_RETRYABLE
 from service.threads import thread_environment
 
 #: What a job sets to use every process its worker offers.
@@ -335,8 +336,6 @@ def rank_main(directory: Path, rank: int) -> int:
 
     import torch
     import torch.distributed as dist
-
-    from service.worker import NON_RETRYABLE
 
     job: RankJob = pickle.loads((directory / "job.pkl").read_bytes())
     _exit_when_orphaned(job.parent_pid)

@@ -55,7 +55,7 @@ from service.devices import (
     job_device,
     worker_device,
 )
-from service.errors import DatasetNotFound
+from service.errors import NON_RETRYABLE
 from service.logs import OutageLog
 from service.parallel import (
     RankGroup,
@@ -76,9 +76,6 @@ log = logging.getLogger(__name__)
 
 LoadDataset = Callable[[str], np.ndarray]
 
-#: Errors the user caused (bad parameters, a missing dataset): the job fails at once, without
-#: retries. ``DatasetNotFound`` is a ``LookupError``, listed for clarity.
-NON_RETRYABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, DatasetNotFound)
 #: The stop reason of an attempt that ran past its job's ``max_runtime_s``.
 TIMED_OUT = "timed out"
 
