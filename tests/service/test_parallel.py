@@ -8,10 +8,9 @@ import functools
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,29 +22,11 @@ from service.queue import JobQueue
 from service.results import ResultStore
 from service.worker import Timing, Worker, dataset_loader
 from tests.service.conftest import blobs, committed, wait_for
+from tests.service.slow_ranks import SlowRBFKMeans
 
 PARAMS = {"n_clusters": 4, "random_state": 0, "max_iter": 60, "assignment": "entmax15"}
 #: The fits of these tests in float64, so that sums in another order agree closely.
 FLOAT64 = functools.partial(RBFKMeans, dtype="float64")
-
-
-class SlowRBFKMeans(RBFKMeans):
-    """The real estimator in float64, slowed down per iteration (on rank 0, which the
-    other ranks keep pace with) so that a test can act mid-fit."""
-
-    delay_s: ClassVar[float] = 0.05
-
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**{**params, "dtype": "float64"})
-
-    def fit(self, X: Any, y: Any = None, sample_weight: Any = None, **kwargs: Any) -> Any:
-        callback = kwargs.pop("callback", None)
-
-        def slow(progress: Any) -> Any:
-            time.sleep(self.delay_s)
-            return callback(progress) if callback is not None else None
-
-        return super().fit(X, y, sample_weight, callback=slow, **kwargs)
 
 
 @pytest.fixture
@@ -162,4 +143,16 @@ def test_a_parallel_job_past_its_time_limit_fails_and_its_ranks_end(
     assert (job["status"], job["attempts"]) == ("failed", 1)
     assert "exceeded its time limit of 1 s" in job["error"]
     assert all(process.poll() is not None for process in ranks.processes)
+    assert not ResultStore(data_dir).exists(job_id)
+
+
+def test_a_rank_that_fails_on_bad_input_fails_the_job_without_retries(
+    queue: JobQueue, make_worker: Callable[..., Worker], data_dir: Path
+) -> None:
+    worker = make_worker(queue, worker_procs=2)
+    job_id = queue.submit("ds", {**PARAMS, "n_clusters": 500, "parallel": 2})["id"]
+    assert worker.run_once(block_ms=200) == job_id
+    job = queue.get(job_id)
+    assert (job["status"], job["attempts"]) == ("failed", 1)
+    assert "n_clusters" in job["error"] and "RankFailed" not in job["error"]
     assert not ResultStore(data_dir).exists(job_id)
