@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,26 +165,27 @@ class RankGroup:
         """Whether every rank ended well; :class:`RankFailed` (or ``ValueError`` for bad
         input) as soon as one ended otherwise."""
         codes = [process.poll() for process in self.processes]
-        for rank, code in enumerate(codes):
-            if code is not None and code != 0:
-                self.kill()
-                raise self._failure(rank, code)
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            self.kill()
+            raise self._failure(failed)
         return all(code == 0 for code in codes)
 
-    def _failure(self, first: int, code: int) -> Exception:
-        """The error of the attempt whose rank ``first`` ended with ``code``: a rank's bad
-        input if any rank reported one, else a crash naming the rank."""
+    def _failure(self, failed: list[tuple[int, int]]) -> Exception:
+        """The error of an attempt whose ranks ``failed`` (rank, exit status): a rank's bad
+        input if one reported it, else a crash naming the rank that caused it (one that
+        died without a word, before those whose collectives failed with it)."""
         errors = [
             _read_json(self.directory / f"error-{rank}.json") for rank in range(self.job.world)
         ]
         for error in errors:
             if error is not None and error["bad_input"]:
                 return ValueError(error["message"])
-        error = errors[first]
+        rank, code = next(((r, c) for r, c in failed if errors[r] is None), failed[0])
+        error = errors[rank]
         why = f"failed: {error['message']}" if error else _exit_text(code)
-        return RankFailed(
-            f"rank {first} of the {self.job.world} processes of this parallel fit {why}"
-        )
+        world = self.job.world
+        return RankFailed(f"rank {rank} of the {world} processes of this parallel fit {why}")
 
     def progress(self) -> dict[str, Any] | None:
         """Rank 0's latest progress when it is new since the last call, else ``None``."""
@@ -357,6 +359,8 @@ def rank_main(directory: Path, rank: int) -> int:
             dist.destroy_process_group()
     except Exception as failed:
         bad_input = isinstance(failed, NON_RETRYABLE)
+        if not bad_input:  # the worker's log has the trace (the rank's output is the worker's)
+            traceback.print_exc()
         message = str(failed) or type(failed).__name__
         if not bad_input:
             message = f"{type(failed).__name__}: {message}"
