@@ -30,9 +30,11 @@ import contextlib
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -231,6 +233,24 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
+
+
+def attempt_prefix(job_id: str) -> str:
+    """The name every attempt directory of the job ``job_id`` starts with."""
+    return f"rbfkm-{job_id}-"
+
+
+def remove_leftovers(job_id: str, root: Path | None = None) -> int:
+    """Remove the attempt directories an earlier attempt of the job left under ``root``
+    (the temporary directory): a worker killed with its ranks cannot clean up, and the job
+    runs again only once that attempt's lease has expired. Returns how many were removed."""
+    root = Path(tempfile.gettempdir()) if root is None else root
+    removed = 0
+    for directory in root.glob(attempt_prefix(job_id) + "*"):
+        if directory.is_dir():
+            shutil.rmtree(directory, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def fit_parallel(

@@ -60,9 +60,11 @@ from service.logs import OutageLog
 from service.parallel import (
     RankGroup,
     RankJob,
+    attempt_prefix,
     fit_parallel,
     group_timeout_s,
     rank_devices,
+    remove_leftovers,
     world_size,
 )
 from service.parallel import capacity as parallel_capacity
@@ -402,7 +404,8 @@ class Worker:
             self.ranks = group
 
         try:
-            with tempfile.TemporaryDirectory(prefix=f"rbfkm-{claim.job_id}-") as directory:
+            remove_leftovers(claim.job_id)
+            with tempfile.TemporaryDirectory(prefix=attempt_prefix(claim.job_id)) as directory:
                 return fit_parallel(
                     job,
                     Path(directory),

@@ -17,7 +17,13 @@ import pytest
 import redis
 
 from rbfkm_engine import RBFKMeans
-from service.parallel import rank_devices, row_bounds, world_size
+from service.parallel import (
+    attempt_prefix,
+    rank_devices,
+    remove_leftovers,
+    row_bounds,
+    world_size,
+)
 from service.queue import JobQueue
 from service.results import ResultStore
 from service.worker import Timing, Worker, dataset_loader
@@ -70,6 +76,18 @@ def test_world_size_is_capped_at_what_the_worker_offers() -> None:
             world_size(bad, 3)
     assert row_bounds(10, 3) == [0, 3, 6, 10]
     assert rank_devices("cpu", 2) == ["cpu", "cpu"]
+
+
+def test_an_attempt_killed_with_its_worker_leaves_nothing_behind(tmp_path: Path) -> None:
+    # What a worker killed mid-fit leaves: its attempt directory, with the ranks' files.
+    left = tmp_path / f"{attempt_prefix('job1')}x1y2"
+    left.mkdir()
+    (left / "progress.json").write_text("{}")
+    other = tmp_path / f"{attempt_prefix('job2')}z3"
+    other.mkdir()
+    assert remove_leftovers("job1", tmp_path) == 1
+    assert not left.exists() and other.is_dir()  # another job's directory is not touched
+    assert remove_leftovers("job1", tmp_path) == 0
 
 
 def test_a_parallel_job_equals_the_one_process_job(
