@@ -13,6 +13,9 @@ A fit runs on ``(X * scale) - origin``:
 Temperatures, inertias and objectives are squared distances: they go back to the data's
 units divided by ``scale`` twice. Where a copy of ``X`` was made anyway (another dtype or
 device), scaling and centring happen in place, so a fit holds one copy of ``X`` at most.
+When ``X`` is a memory-mapped file (``np.memmap``, data that may exceed memory) the copy
+is itself file-backed, an unnamed temporary file written block by block: the fit's own
+memory stays bounded and the page cache holds the rows, as for the file.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from .blocks import iter_chunks
 from .distances import squared_norms
 from .moments import weighted_mean
 from .progress import Callback, FitProgress
@@ -65,7 +71,11 @@ def scaled(Xt: torch.Tensor, source: Any, scale: float) -> torch.Tensor:
     here (as :func:`centred`)."""
     if scale == 1.0:
         return Xt
-    return times_power_of_two(Xt.clone() if may_share_memory(Xt, source) else Xt, scale)
+    if may_share_memory(Xt, source):
+        if is_mapped_file(source, Xt):
+            return file_backed(Xt, lambda block: times_power_of_two(block, scale))
+        Xt = Xt.clone()
+    return times_power_of_two(Xt, scale)
 
 
 def times_power_of_two(t: torch.Tensor, scale: float) -> torch.Tensor:
@@ -130,8 +140,32 @@ def centred(Xt: torch.Tensor, source: Any, mean: torch.Tensor) -> torch.Tensor:
         return Xt
     mean = mean.to(Xt.dtype)
     if may_share_memory(Xt, source):
+        if is_mapped_file(source, Xt):
+            return file_backed(Xt, lambda block: block.sub_(mean))
         return Xt - mean
     return Xt.sub_(mean)
+
+
+#: Rows per block when writing a file-backed copy.
+_COPY_ROWS = 65536
+
+
+def is_mapped_file(source: Any, Xt: torch.Tensor) -> bool:
+    """Whether the caller's data are a memory-mapped file read on the CPU."""
+    return isinstance(source, np.memmap) and Xt.device.type == "cpu"
+
+
+def file_backed(Xt: torch.Tensor, change: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """A copy of ``Xt`` with ``change`` applied in place to each block of rows, in an
+    unnamed temporary file mapped into memory (``tempfile``'s directory: ``TMPDIR``),
+    removed by the system once the tensor is gone."""
+    with tempfile.TemporaryFile(prefix="rbfkm-fit-") as handle:
+        dtype = torch.empty((), dtype=Xt.dtype).numpy().dtype
+        copy = np.memmap(handle, dtype=dtype, mode="w+", shape=tuple(Xt.shape))
+    out = torch.from_numpy(copy)
+    for rows in iter_chunks(Xt.shape[0], _COPY_ROWS):
+        out[rows] = change(Xt[rows].clone())
+    return out
 
 
 def may_share_memory(Xt: torch.Tensor, source: Any) -> bool:

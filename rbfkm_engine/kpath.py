@@ -4,10 +4,12 @@ A grown fit passes through 1, 2, ... centres by phase transitions (see
 :mod:`~rbfkm_engine.twins`); each count lives from the temperature at which it appeared
 to the one at which one of its clusters split again. :class:`PathRecorder` notes those
 transitions and the centres of each count just before it split (its coldest annealed
-state); :func:`settle_path` then gives every count a short Lloyd finish from those centres
-(or from the coldest centres merged down to its count, whichever ends lower), its
-inertia, cluster masses and the labels of a seeded sample of rows, which is all the
-criteria of :mod:`~rbfkm_engine.choose_k` need: one fit instead of one per ``k``.
+state). With ``n_clusters="auto"``, :func:`settle_path` then gives every count a short
+Lloyd finish from those centres (or from the coldest centres merged down to its count,
+whichever ends lower), its inertia, cluster masses and the labels of a seeded sample of
+rows, which is all the criteria of :mod:`~rbfkm_engine.choose_k` need: one fit instead of
+one per ``k``. A fit with a fixed ``k`` keeps the path as annealing left it, which costs
+no pass over the data.
 
 Everything here is in the fit's frame; :mod:`~rbfkm_engine.model` converts to the data's
 units.
@@ -25,9 +27,9 @@ from .passes import Workspace
 
 #: Lloyd iterations of a path count's finish (fewer once the centres stop moving).
 PATH_LLOYD_ITERATIONS = 10
-#: Counts of centres up to this many get centres and an inertia on the path of a fit
-#: with a fixed ``n_clusters`` (all of them with ``n_clusters="auto"``): the snapshots
-#: hold ``sum_k k`` centres, and each finish costs passes over the data.
+#: Counts of centres up to this many keep their centres on the path of a fit with a
+#: fixed ``n_clusters`` (all of them with ``n_clusters="auto"``): the snapshots hold
+#: ``sum_k k`` centres.
 PATH_CENTRES_LIMIT = 64
 #: Rows of the seeded sample whose labels each count keeps (for a silhouette).
 PATH_SAMPLE_ROWS = 1000
@@ -38,10 +40,15 @@ class KPathRecord:
     """One count of centres on a fitted estimator's ``k_path_``, in the data's units.
 
     ``k``: the count; ``sigma_appear``: the temperature at which annealing reached it
-    (``None`` when it was only reached by seeding, or for a fit that did not anneal);
+    (``None`` when it was only reached by seeding, when annealing skipped it and
+    ``n_clusters="auto"`` filled it in by merging the coldest centres, or for a fit that
+    did not anneal);
     ``sigma_split``: the temperature at which it split again (``None`` for the last);
-    ``inertia`` and ``centers``: after a short Lloyd finish from its annealed centres
-    (``None`` beyond the counts that keep centres, see :data:`PATH_CENTRES_LIMIT`).
+    ``centers``: with ``n_clusters="auto"`` after a short Lloyd finish from its annealed
+    centres, with a fixed ``k`` as annealing left them (``None`` beyond the counts that
+    keep centres, see :data:`PATH_CENTRES_LIMIT`); ``inertia``: of the settled centres
+    (``n_clusters="auto"``; with a fixed ``k`` only the last count, the fit itself, has
+    one).
     """
 
     k: int
@@ -65,9 +72,10 @@ class PathCount:
 
     ``sigma_appear``: the temperature at which the count appeared (``None``: it was only
     reached by seeding after annealing); ``sigma_split``: the one at which it split again
-    (``None`` for the last). ``centres``, ``inertia``, ``sizes`` (weighted cluster masses)
-    and ``sample_labels`` come from the count's short Lloyd finish; ``None`` beyond
-    :data:`PATH_CENTRES_LIMIT`.
+    (``None`` for the last). ``centres``: as annealing left them, until
+    :func:`settle_path` replaces them (``None`` beyond :data:`PATH_CENTRES_LIMIT`);
+    ``inertia``, ``sizes`` (weighted cluster masses) and ``sample_labels`` come from the
+    count's short Lloyd finish.
     """
 
     k: int
@@ -129,6 +137,7 @@ def settle_path(
     tol: float,
     generator: torch.Generator | None,
     coldest: torch.Tensor,
+    fill_to: int = 0,
 ) -> torch.Tensor:
     """Give each count with centres a short Lloyd finish (at most
     :data:`PATH_LLOYD_ITERATIONS`), its inertia, weighted sizes and the labels of a
@@ -143,18 +152,25 @@ def settle_path(
     count by Ward's rule (:func:`ward_levels`). Annealing may split a cluster
     before the one that merges two (a twin pair that drifts apart at a temperature where
     it would later fall back together); merging the coldest centres gives the same count
-    the partition the finer structure implies. Runs after the fit's own last pass: it
-    reuses the workspace's labels and buffers.
+    the partition the finer structure implies. Counts up to ``fill_to`` that annealing
+    skipped (several pairs split at one temperature) join the path from the merged start
+    alone, without temperatures, so that every ``k`` can be chosen. Runs after the fit's
+    own last pass: it reuses the workspace's labels and buffers.
     """
     sample = PathSample(ws, generator)
     settled = [count.k for count in path if count.centres is not None]
-    if not settled:
+    if not settled and not fill_to:
         return sample.rows()
     ws.hard_labels(coldest)
     masses = _sizes(ws, coldest.shape[0])
-    merged = ward_levels(coldest, masses, max(settled))
+    merged = ward_levels(coldest, masses, max([*settled, fill_to]))
     if ws.sphere:  # merged directions, back on the sphere
         merged = {k: C / C.norm(dim=1, keepdim=True) for k, C in merged.items()}
+    reached = {count.k for count in path}
+    for k in range(1, fill_to + 1):
+        if k not in reached and k in merged:
+            path.append(PathCount(k, None, None, merged[k]))
+    path.sort(key=lambda count: count.k)
     for count in path:
         if count.centres is None:
             continue

@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .anneal import Schedule
 from .assign import responsibilities, to_csr_block
 from .blocks import block_budget, default_chunk_rows, iter_chunks
-from .choose_k import CRITERIA
+from .choose_k import CRITERIA, GAP_REFERENCE_ROWS, GapReference, principal_box_samples
 from .context import FitContext
 from .device import resolve_device
 from .distances import squared_distances, squared_norms
@@ -445,7 +445,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         )
         with BlockPool(cpu_threads(Xt.device)) as pool:
             chunk = self._chunk(Xt, k)
-            auto = AutoK(int(self.max_clusters), self._k_criterion) if self._auto() else None
+            auto = self._auto_k(Xt, mean, cov, rng, check, reducer)
             n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
             best: SolverResult | None = None
             iterations_done = 0
@@ -487,6 +487,57 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     break
             assert best is not None
             return best
+
+    def _auto_k(
+        self,
+        Xt: torch.Tensor,
+        mean: torch.Tensor,
+        cov: torch.Tensor | None,
+        rng: np.random.RandomState,
+        check: Interrupt,
+        reducer: Reducer,
+    ) -> AutoK | None:
+        """How ``n_clusters="auto"`` chooses (``None`` for a fixed ``k``); the gap
+        criterion's reference paths are fitted here, before the data's own run (``check``
+        stops them as it stops the fit)."""
+        if not self._auto():
+            return None
+        reference = None
+        if self._k_criterion == "gap":
+            seed = reducer.broadcast_ints([rng.randint(np.iinfo(np.int32).max)])[0]
+            reference = self._gap_reference(Xt, mean, cov, seed, check, reducer)
+        return AutoK(int(self.max_clusters), self._k_criterion, reference)
+
+    def _gap_reference(
+        self,
+        Xt: torch.Tensor,
+        mean: torch.Tensor,
+        cov: torch.Tensor | None,
+        seed: int,
+        check: Interrupt,
+        reducer: Reducer,
+    ) -> GapReference:
+        """The k paths of the gap statistic's reference sets (in the fit's frame): one
+        ``n_clusters="auto"`` fit of this estimator's parameters on each, in this process
+        alone (every rank draws and fits the same sets)."""
+        generator = torch.Generator(device=Xt.device)
+        generator.manual_seed(seed)
+        rows = min(GAP_REFERENCE_ROWS, int(reducer.sum_floats(Xt.shape[0])[0]))
+
+        def stop() -> bool:  # the outer fit's check raises FitInterrupted itself
+            check()
+            return False
+
+        paths = []
+        for Z in principal_box_samples(Xt, mean, cov, generator, rows, reducer):
+            params = {**self.get_params(), "random_state": seed, "verbose": False}
+            reference = type(self)(**params)
+            reference._k_criterion = "lifetime"  # needs no scoring: only the path is read
+            reference.fit(Z, should_stop=stop, process_group=None)
+            paths.append(
+                {r.k: r.inertia / rows for r in reference.k_path_ if r.inertia is not None}
+            )
+        return GapReference.from_paths(paths)
 
     def _store(
         self,

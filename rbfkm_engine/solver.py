@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .anneal import LLOYD_SHARE, Schedule, anneal
-from .choose_k import CRITERIA, choose
+from .choose_k import CRITERIA, GapReference, choose
 from .context import FitContext
 from .kpath import PATH_CENTRES_LIMIT, PathCount, PathRecorder, settle_path
 from .lloyd import lloyd
@@ -51,6 +51,8 @@ class AutoK:
 
     max_clusters: int
     criterion: str = CRITERIA[0]
+    #: The gap statistic's reference paths (``criterion="gap"`` only).
+    reference: GapReference | None = None
 
 
 def annealing_budget(max_iter: int) -> int:
@@ -71,9 +73,10 @@ def solve(
     ``C0=None`` grows the centres from the weighted mean (see :mod:`~rbfkm_engine.twins`);
     otherwise annealing starts from ``C0``. ``covariance``: the data's weighted covariance,
     when the caller has it (see :func:`~rbfkm_engine.anneal.anneal`). ``auto``: choose the
-    number of centres from the annealing path before the Lloyd finish. The result's
-    ``path`` holds the counts of centres annealing passed through, each settled by a short
-    Lloyd finish (:mod:`~rbfkm_engine.kpath`), after the fit's own last pass.
+    number of centres from the annealing path before the Lloyd finish, each count settled by
+    a short Lloyd finish (:mod:`~rbfkm_engine.kpath`). The result's ``path`` holds the
+    counts of centres annealing passed through (with a fixed ``k``, as annealing left
+    them).
     """
     ws = ctx.passes
     if ctx.path is None:
@@ -91,8 +94,8 @@ def solve(
     path: list[PathCount] = []
     if auto is not None:
         path = ctx.path.counts(C, auto.max_clusters)
-        sample = settle_path(ws, path, ctx.tol, ctx.generator, C)
-        k = choose(auto.criterion, path, auto.max_clusters, sample, ws.total_weight)
+        sample = settle_path(ws, path, ctx.tol, ctx.generator, C, auto.max_clusters)
+        k = choose(auto.criterion, path, auto.max_clusters, sample, ws.total_weight, auto.reference)
         chosen = [count.centres for count in path if count.k == k and count.centres is not None]
         ws.k = k if chosen else min(auto.max_clusters, C.shape[0])
         C = chosen[0] if chosen else C[: ws.k]  # no count settled: the budget ran out
@@ -103,8 +106,11 @@ def solve(
     inertia = ws.hard_labels(C)
     labels = ws.labels.clone()
     if auto is None:
+        # A fixed k: the path as annealing left it, at no cost; only the last count (the
+        # fit itself) has an inertia. Settling every count is n_clusters="auto"'s work.
         path = ctx.path.counts(C, ws.k)
-        settle_path(ws, path, ctx.tol, ctx.generator, C)
+        if path and path[-1].k == C.shape[0]:
+            path[-1].inertia = inertia
     return SolverResult(
         centres=C,
         labels=labels,

@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +105,29 @@ class DeviceLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+class DeviceLocks:
+    """The locks of several devices for one job (a parallel fit over GPUs), taken in one
+    order (by name) with no other lock held: two workers that each want several devices
+    then never wait for each other forever."""
+
+    def __init__(
+        self, devices: list[str], lock_dir: Path | str | None = None, scope: str = ""
+    ) -> None:
+        self.locks = [DeviceLock(name, lock_dir, scope) for name in sorted(set(devices))]
+
+    def acquire(self, should_stop: Callable[[], bool], step_s: float = 0.1) -> bool:
+        """Take every lock, waiting as long as it takes; False (none held) once
+        ``should_stop`` says stop first."""
+        for lock in self.locks:
+            while not lock.acquire(step_s):
+                if should_stop():
+                    self.release()
+                    return False
+        return True
+
+    def release(self) -> None:
+        """Let other jobs use the devices."""
+        for lock in self.locks:
+            lock.release()

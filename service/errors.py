@@ -113,6 +113,11 @@ class DatasetNotFound(ServiceError, LookupError):
         )
 
 
+#: Errors a job's input caused (bad parameters, a missing dataset): a worker fails the job at
+#: once, without retries. ``DatasetNotFound`` is a ``LookupError``, listed for clarity.
+NON_RETRYABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, DatasetNotFound)
+
+
 class ResultNotFound(ServiceError, KeyError):
     """No stored result for this job (never written, discarded, deleted or expired)."""
 

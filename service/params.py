@@ -100,9 +100,10 @@ EXPOSED: dict[str, Exposed] = {
 #: ``GET /v1/jobs/{id}`` shows them) and read by the worker, never passed to ``RBFKMeans``.
 #: ``max_runtime_s``: the job's time limit per attempt, in seconds
 #: (:func:`runtime_limit`; the API fills in the server's default, ``RBFKM_MAX_RUNTIME_S``);
-#: ``callback_url``: the job's webhook (:mod:`service.webhooks`); ``output``: where the
-#: worker writes the results (:mod:`service.outputs`).
-SERVICE_PARAMS: frozenset[str] = frozenset({"max_runtime_s", "callback_url", "output"})
+#: ``callback_url``: the job's webhook (:mod:`service.webhooks`); ``parallel``: the
+#: processes that fit it together (:mod:`service.parallel`); ``output``: where the worker
+#: writes the results (:mod:`service.outputs`).
+SERVICE_PARAMS: frozenset[str] = frozenset({"max_runtime_s", "callback_url", "parallel", "output"})
 
 #: Engine parameters a job cannot set, and why.
 HIDDEN: dict[str, str] = {
@@ -194,7 +195,7 @@ def _one_message(constraints: list[Constraint]) -> BeforeValidator:
     return BeforeValidator(check)
 
 
-def _integral_float_to_int(value: Any) -> Any:
+def integral_float_to_int(value: Any) -> Any:
     """``3.0`` as ``3``: JSON Schema's ``integer`` admits a number with no fraction, and so
     does the API (strings and booleans stay refused: the int fields are strict)."""
     if type(value) is float and value.is_integer():
@@ -220,7 +221,7 @@ def field_for(name: str, exposed: Exposed) -> tuple[Any, FieldInfo]:
     if len([c for c in kept if not isinstance(c, NoneValue)]) > 1:  # a number or "auto", ...
         annotation = Annotated[annotation, _one_message(kept)]
     if _integer_only(kept):  # the outermost "before" validator runs first
-        annotation = Annotated[annotation, BeforeValidator(_integral_float_to_int)]
+        annotation = Annotated[annotation, BeforeValidator(integral_float_to_int)]
     return annotation, Field(default=exposed.default, description=exposed.description)
 
 

@@ -98,11 +98,14 @@ class ResultStore:
             raise ResultNotFound(job_id)
         return attempts[-1][1]
 
-    def save(self, job_id: str, model: RBFKMeans, X: Any, *, attempt: int = 1) -> dict[str, Any]:
+    def save(
+        self, job_id: str, model: RBFKMeans, X: Any, *, attempt: int = 1, processes: int = 1
+    ) -> dict[str, Any]:
         """Write one attempt's result atomically; returns the metadata for the queue.
 
         The summary carries the partition's quality metrics (:mod:`rbfkm_engine.quality`,
-        on ``X``) and the fit's k path without its centres.
+        on ``X``), the fit's k path without its centres, and ``processes``, how many
+        processes fitted it (a parallel job's, :mod:`service.parallel`).
         """
         from rbfkm_engine.quality import quality_metrics
 
@@ -138,6 +141,7 @@ class ResultStore:
                     "stopped_early": bool(getattr(model, "stopped_early_", False)),
                     "converged": bool(getattr(model, "converged_", True)),
                     "device": str(getattr(model, "device", "cpu")),
+                    "processes": int(processes),
                     "attempt": attempt,
                     "created_at": utc_now().isoformat(timespec="milliseconds"),
                 }

@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from service.jobs import JobStatus
-from service.params import EngineFields, engine_fields, model_with
+from service.parallel import ALL, MAX_PARALLEL
+from service.params import EngineFields, engine_fields, integral_float_to_int, model_with
 from service.problems import ProblemError
 from service.settings import Settings, get_settings
 from service.tenants import DEFAULT_TENANT
@@ -188,9 +189,9 @@ class _JobBody(EngineFields):
         `422` that names the cap.
         """
         params = self.model_dump(exclude={"dataset_id"})
-        for optional in ("callback_url", "output"):  # a webhook, an output: when asked for
-            if params.get(optional) is None:
-                params.pop(optional, None)
+        for name in ("callback_url", "parallel", "output"):  # only when asked for
+            if params.get(name) is None:
+                params.pop(name, None)
         params["max_runtime_s"] = _runtime_limit(params.get("max_runtime_s"), settings)
         return params
 
@@ -213,6 +214,16 @@ def _runtime_limit(requested: float | None, settings: Settings | None) -> float:
     return requested
 
 
+def _check_parallel(value: Any) -> Any:
+    """One message for a `parallel` no member of its union accepts (`2.0` is `2`)."""
+    value = integral_float_to_int(value)
+    if value is None or value == ALL:
+        return value
+    if type(value) is not int or not 1 <= value <= MAX_PARALLEL:
+        raise ValueError(f'must be an integer >= 1 and <= {MAX_PARALLEL}, or "all"; got {value!r}')
+    return value
+
+
 #: `POST /v1/jobs`. Its engine fields come from the engine's constraint table
 #: (:mod:`service.params`), so the API accepts what the engine accepts, within the caps.
 JobCreate = model_with(
@@ -233,6 +244,21 @@ JobCreate = model_with(
             "`RBFKM_MAX_RUNTIME_S`; above its `RBFKM_MAX_RUNTIME_CAP_S` a `422`. "
             "`GET /v1/jobs/{id}` shows the effective limit in `params`.",
             examples=[600],
+        ),
+    ),
+    parallel=(
+        Annotated[
+            Annotated[int, Field(strict=True, ge=1, le=MAX_PARALLEL)] | Literal["all"] | None,
+            BeforeValidator(_check_parallel),
+        ],
+        Field(
+            default=None,
+            description="Processes that fit the job together, data-parallel: an integer "
+            '>= 1, or `"all"`, every one the worker that claims it offers '
+            "(`RBFKM_WORKER_PROCS` on the CPU, the GPUs of its machine on CUDA). More than "
+            "that worker offers runs on what it offers (the result's `processes` says how "
+            "many); the result is the one fit of the whole dataset either way. Default: 1.",
+            examples=[2, "all"],
         ),
     ),
     callback_url=(
@@ -425,8 +451,9 @@ class KPathEntry(BaseModel):
     )
     inertia: float | None = Field(
         default=None,
-        description="Inertia after a short Lloyd finish from its centres (`null` beyond the "
-        "counts the fit settles).",
+        description="Inertia after a short Lloyd finish from its centres, for every count "
+        'of an `n_clusters: "auto"` job; with a fixed `n_clusters` only the last count (the '
+        "fit itself) has one.",
     )
 
 
@@ -469,6 +496,12 @@ class JobResult(BaseModel):
         default=None,
         description="Where the fit ran (`cpu`, `cuda:N`): a job's `device` the worker's "
         "machine lacks runs on the worker's own.",
+    )
+    processes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Processes that fitted the job together: its `parallel`, at most what "
+        "the worker that ran it offers (`RBFKM_WORKER_PROCS` on the CPU, its GPUs on CUDA).",
     )
     history: list[HistoryEntry] | None = None
     n_clusters: int | None = Field(

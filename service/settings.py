@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=30.0, gt=0, description="Worker lease; renewed by heartbeat.")
     max_attempts: int = Field(default=3, ge=1, description="Attempts before dead-lettering.")
     workers: int = Field(default=1, ge=0, description="Workers started by `rbfkm serve`.")
+    worker_procs: int = Field(
+        default=1,
+        ge=1,
+        description="Processes a worker may fit one job on, on the CPU, when the job asks "
+        'for `"parallel"` (on CUDA: the GPUs of its machine).',
+    )
     device: str = Field(default="auto", description=f"Device for workers: {DEVICE_HELP}.")
     key_prefix: str = Field(default="rbfkm", description="Prefix of every Redis key.")
     access_log: bool = Field(

@@ -1,9 +1,10 @@
-"""Sample weights of a dataset: a named column of the upload, stored beside its array.
+"""Sample weights of a dataset: a column of the upload, stored beside its array.
 
-A CSV with a header row or a Parquet file names its columns; ``weight_column`` on upload
-takes one of them out of the features and keeps it as the dataset's sample weights
-(``{data_dir}/datasets/{id}.weights.npy``), which every fit on the dataset then uses (a
-weight counts as that many repeats of its row).
+``weight_column`` on upload names one column of a CSV with a header row or of a Parquet
+file, or, for data without column names (a ``.npy`` array, JSON rows, a CSV without a
+header), gives its 0-based index. That column is taken out of the features and kept as
+the dataset's sample weights (``{data_dir}/datasets/{id}.weights.npy``), which every fit
+on the dataset then uses (a weight counts as that many repeats of its row).
 """
 
 from __future__ import annotations
@@ -19,20 +20,9 @@ from service.uploads import Parsed
 
 def take_weight_column(parsed: Parsed, column: str) -> tuple[Parsed, np.ndarray]:
     """The upload without its column ``column``, and that column as float64 weights;
-    InvalidDataset when the upload names no such column or the weights are unusable."""
-    if parsed.columns is None:
-        raise InvalidDataset(
-            f"weight_column={column!r} needs named columns: send a CSV with a header row or "
-            "a Parquet file",
-            field="query.weight_column",
-        )
-    if column not in parsed.columns:
-        raise InvalidDataset(
-            f"weight_column={column!r} names no column; the columns are {parsed.columns}",
-            field="query.weight_column",
-        )
-    j = parsed.columns.index(column)
-    if len(parsed.columns) < 2:
+    InvalidDataset when the upload has no such column or the weights are unusable."""
+    j = _column_index(parsed, column)
+    if parsed.array.shape[1] < 2:
         raise InvalidDataset(
             "the weight column is the only column: the data need at least one feature",
             field="query.weight_column",
@@ -48,8 +38,29 @@ def take_weight_column(parsed: Parsed, column: str) -> tuple[Parsed, np.ndarray]
     if not weights.sum() > 0:
         raise InvalidDataset("every weight is 0; at least one must be > 0", field=f"body.{column}")
     features = np.ascontiguousarray(np.delete(parsed.array, j, axis=1))
-    columns = [name for name in parsed.columns if name != column]
+    columns = None if parsed.columns is None else [c for c in parsed.columns if c != column]
     return dataclasses.replace(parsed, array=features, columns=columns, in_place=False), weights
+
+
+def _column_index(parsed: Parsed, column: str) -> int:
+    """The index of the weight column: by name when the upload names its columns, else
+    ``column`` read as a 0-based index."""
+    if parsed.columns is not None:
+        if column not in parsed.columns:
+            raise InvalidDataset(
+                f"weight_column={column!r} names no column; the columns are {parsed.columns}",
+                field="query.weight_column",
+            )
+        return parsed.columns.index(column)
+    width = parsed.array.shape[1]
+    if not (column.isascii() and column.isdigit() and int(column) < width):
+        raise InvalidDataset(
+            f"weight_column={column!r}: this upload has no column names (a .npy array, JSON "
+            f"rows or a CSV without a header row), so give the column's 0-based index, "
+            f"0 to {width - 1}; or send a CSV with a header row or a Parquet file to name it",
+            field="query.weight_column",
+        )
+    return int(column)
 
 
 def weights_path(dataset_path: Path) -> Path:

@@ -48,11 +48,28 @@ import redis
 
 from service import threads as threads_module
 from service.datasets import dataset_weights, load_dataset
-from service.devices import DeviceLock, device_for_index, job_device, worker_device
-from service.errors import DatasetNotFound
+from service.devices import (
+    DeviceLock,
+    DeviceLocks,
+    device_for_index,
+    job_device,
+    worker_device,
+)
+from service.errors import NON_RETRYABLE
 from service.jobs import OUTPUT_FAILED
 from service.logs import OutageLog
 from service.outputs import OutputWriter
+from service.parallel import (
+    RankGroup,
+    RankJob,
+    attempt_prefix,
+    fit_parallel,
+    group_timeout_s,
+    rank_devices,
+    remove_leftovers,
+    world_size,
+)
+from service.parallel import capacity as parallel_capacity
 from service.params import engine_params, runtime_limit
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
@@ -66,9 +83,6 @@ LoadDataset = Callable[[str], np.ndarray]
 #: Copies a stored result to a job's ``output``: (url, job id, tenant, metadata) -> record.
 WriteOutput = Callable[[str, str, str, dict[str, Any]], dict[str, Any]]
 
-#: Errors the user caused (bad parameters, a missing dataset): the job fails at once, without
-#: retries. ``DatasetNotFound`` is a ``LookupError``, listed for clarity.
-NON_RETRYABLE: tuple[type[BaseException], ...] = (ValueError, TypeError, DatasetNotFound)
 #: The stop reason of an attempt that ran past its job's ``max_runtime_s``.
 TIMED_OUT = "timed out"
 
@@ -178,13 +192,17 @@ class Worker:
         max_runtime_s: float | None = None,
         max_runtime_cap_s: float | None = None,
         load_weights: Callable[[str], np.ndarray | None] | None = None,
+        worker_procs: int = 1,
         write_output: WriteOutput | None = None,
     ) -> None:
         """``max_runtime_s``: the time limit of a job that stores none (one queued before
         jobs had limits; ``None``: no limit); ``max_runtime_cap_s``: the server's cap, which
-        a timed-out job's error names; ``write_output``: copies a result to a job's
-        ``output`` (:class:`service.outputs.OutputWriter`; None: such jobs record that
-        this worker cannot)."""
+        a timed-out job's error names; ``worker_procs``: the processes a job's
+        ``"parallel"`` may have on the CPU (:mod:`service.parallel`; a parallel job's
+        ``estimator`` and loaders must then be importable, the ranks unpickle them);
+        ``write_output``: copies a result to a job's ``output``
+        (:class:`service.outputs.OutputWriter`; None: such jobs record that this worker
+        cannot)."""
         self.queue = queue
         self.results = results
         self.load_dataset = load_dataset
@@ -198,6 +216,10 @@ class Worker:
         self.estimator = estimator
         scope = f"{queue.prefix}@{results.root.resolve()}"
         self.device_lock = DeviceLock(self.device, lock_dir, scope=scope)
+        self._locking = (lock_dir, scope)  # of the other GPUs of a parallel job
+        self.worker_procs = worker_procs
+        #: The ranks of the parallel fit running now (None when there is none).
+        self.ranks: RankGroup | None = None
         self.purge_every_s = timing.purge_every_s
         self.max_runtime_s = max_runtime_s
         self.max_runtime_cap_s = max_runtime_cap_s
@@ -261,12 +283,14 @@ class Worker:
                 limit_s = runtime_limit(claim.params, self.max_runtime_s)
                 if limit_s is not None:  # per attempt, from its claim
                     keeper.deadline = time.monotonic() + limit_s
-                model, X = self._fit(claim, keeper)
+                model, X, processes = self._fit(claim, keeper)
                 reason = keeper.reason or self.queue.stop_reason(claim)
                 if reason is not None:
                     self._stopped(claim, reason, limit_s)
                     return
-                meta = self.results.save(claim.job_id, model, X, attempt=claim.attempt)
+                meta = self.results.save(
+                    claim.job_id, model, X, attempt=claim.attempt, processes=processes
+                )
                 self._output(claim, meta)
                 if self.queue.succeed(claim, meta):
                     self.results.prune(claim.job_id, keep=claim.attempt)
@@ -302,39 +326,65 @@ class Worker:
             url, claim.job_id, tenant, {"job_id": claim.job_id, **meta}
         )
 
-    def _fit(self, claim: Claim, keeper: _LeaseKeeper) -> tuple[Any | None, np.ndarray]:
-        """The fitted model (``None`` when the fit was stopped: ``keeper.reason`` says why)
-        and the data."""
+    def _fit(self, claim: Claim, keeper: _LeaseKeeper) -> tuple[Any | None, np.ndarray, int]:
+        """The fitted model (``None`` when the fit was stopped: ``keeper.reason`` says why),
+        the data and the number of processes that fitted it."""
         from rbfkm_engine.progress import FitInterrupted
 
         X = self.load_dataset(claim.dataset_id)
+        device = job_device(claim.params, self.device)
+        requested = claim.params.get("parallel")
+        world = world_size(requested, parallel_capacity(device, self.worker_procs))
+        if isinstance(requested, int) and requested > world:
+            log.warning(
+                "job %s asks for parallel=%s; it runs on the %d processes this worker offers",
+                claim.job_id,
+                requested,
+                world,
+            )
+        should_stop = self._stop_check(keeper)
+        if world > 1:
+            return self._fit_parallel(claim, keeper, rank_devices(device, world)), X, world
         weights = None if self.load_weights is None else self.load_weights(claim.dataset_id)
         estimator = self.estimator or _default_estimator()
-        model = estimator(
-            **engine_params(claim.params), device=job_device(claim.params, self.device)
-        )
-        last_write = -float("inf")
+        model = estimator(**engine_params(claim.params), device=device)
+        report = self._progress_writer(claim, keeper)
+
+        def callback(progress: Any) -> bool:
+            if should_stop():
+                return True
+            return report(progress.fraction, progress.sigma, progress.iteration, progress.objective)
+
+        try:
+            model.fit(X, sample_weight=weights, callback=callback, should_stop=should_stop)
+        except FitInterrupted:
+            return None, X, 1
+        return model, X, 1
+
+    def _stop_check(self, keeper: _LeaseKeeper) -> Callable[[], bool]:
+        """Whether the job must stop now: cancel, fencing, time, or this worker's shutdown."""
 
         def should_stop() -> bool:
             if self._stop is not None and self._stop.is_set():
                 keeper.stop_with("shutdown")
             return keeper.should_stop()
 
-        def callback(progress: Any) -> bool:
+        return should_stop
+
+    def _progress_writer(self, claim: Claim, keeper: _LeaseKeeper) -> Callable[..., bool]:
+        """Writes a fit's progress to the job, at most every ``progress_interval_s``;
+        answers whether the job must stop (canceled or fenced, found on the way)."""
+        last_write = -float("inf")
+
+        def report(fraction: Any, sigma: Any, iteration: Any, objective: Any) -> bool:
             nonlocal last_write
-            if should_stop():
-                return True
             now = time.monotonic()
             if now - last_write < self.progress_interval_s:
                 return False
             last_write = now
             try:
                 keep_going = self.queue.report_progress(
-                    claim,
-                    fraction=progress.fraction,
-                    sigma=progress.sigma,
-                    iteration=progress.iteration,
-                    objective=progress.objective,
+                    claim, fraction=fraction, sigma=sigma, iteration=iteration, objective=objective
                 )
             except redis.RedisError as exc:
                 self.redis_log.failure(exc, f"progress of job {claim.job_id}")
@@ -344,11 +394,56 @@ class Worker:
                 keeper.stop_with(self.queue.stop_reason(claim) or "fenced")
             return not keep_going
 
+        return report
+
+    def _fit_parallel(self, claim: Claim, keeper: _LeaseKeeper, devices: list[str]) -> Any | None:
+        """The job fitted by one rank process per device of ``devices``
+        (:mod:`service.parallel`); ``None`` when it was stopped."""
+        import tempfile
+
+        import torch
+
+        should_stop = self._stop_check(keeper)
+        others = [name for name in devices if name != self.device and name != "cpu"]
+        locks = None
+        if others:  # every GPU of the job, in one order, none held meanwhile
+            self.device_lock.release()
+            locks = DeviceLocks(devices, *self._locking)
+            if not locks.acquire(should_stop):
+                return None
+        deadline = keeper.deadline
+        limit_s = None if deadline is None else deadline - time.monotonic()
+        job = RankJob(
+            dataset_id=claim.dataset_id,
+            params=engine_params(claim.params),
+            devices=devices,
+            load_dataset=self.load_dataset,
+            load_weights=self.load_weights,
+            estimator=self.estimator,
+            timeout_s=group_timeout_s(limit_s),
+            threads=max(1, torch.get_num_threads() // len(devices)),
+            progress_interval_s=self.progress_interval_s,
+        )
+        report = self._progress_writer(claim, keeper)
+
+        def started(group: RankGroup) -> None:
+            self.ranks = group
+
         try:
-            model.fit(X, sample_weight=weights, callback=callback, should_stop=should_stop)
-        except FitInterrupted:
-            return None, X
-        return model, X
+            remove_leftovers(claim.job_id)
+            with tempfile.TemporaryDirectory(prefix=attempt_prefix(claim.job_id)) as directory:
+                return fit_parallel(
+                    job,
+                    Path(directory),
+                    should_stop=should_stop,
+                    report=lambda progress: report(**progress),
+                    poll_s=self.poll_s,
+                    started=started,
+                )
+        finally:
+            self.ranks = None
+            if locks is not None:
+                locks.release()
 
     def _stopped(self, claim: Claim, reason: str, limit_s: float | None = None) -> None:
         """End an attempt that was told to stop: canceled, deleted or timed out end the job;
@@ -469,6 +564,7 @@ def run_worker_process(
             max_runtime_s=config.max_runtime_s,
             max_runtime_cap_s=config.max_runtime_cap_s,
             load_weights=functools.partial(dataset_weights, config.data_dir),
+            worker_procs=config.worker_procs,
             write_output=OutputWriter(results, config),
         )
         worker.run(stop)

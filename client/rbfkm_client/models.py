@@ -87,6 +87,8 @@ class Result:
     #: The counts of centres annealing passed through: ``k``, ``sigma_appear``,
     #: ``sigma_split``, ``inertia``.
     k_path: list[dict[str, Any]] = field(default_factory=list)
+    #: Processes that fitted the job together (its ``parallel``); None from older servers.
+    processes: int | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Result:
@@ -98,6 +100,7 @@ class Result:
             n_clusters=body.get("n_clusters"),
             metrics=body.get("metrics"),
             k_path=list(body.get("k_path") or []),
+            processes=body.get("processes"),
         )
 
 

@@ -26,6 +26,7 @@ ENGINE_PARAMS: tuple[str, ...] = (
     "random_state",
     "device",
     "max_runtime_s",
+    "parallel",
 )
 
 
@@ -59,6 +60,7 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
         random_state: int | None = None,
         device: str | None = None,
         max_runtime_s: float | None = None,
+        parallel: int | str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         progress: bool | None = False,
     ) -> None:
@@ -78,6 +80,7 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
         self.max_runtime_s = max_runtime_s
+        self.parallel = parallel
         self.timeout = timeout
         self.progress = progress
 

@@ -78,8 +78,10 @@ async def create_dataset(
         str | None,
         Query(
             max_length=NAME_MAX_LENGTH,
-            description="A column of sample weights (CSV with a header row, or Parquet): "
-            "taken out of the features, used by every fit on the dataset.",
+            description="A column of sample weights, taken out of the features and used by "
+            "every fit on the dataset: its name (CSV with a header row, Parquet), or its "
+            "0-based index for data without column names (.npy, JSON rows, CSV without a "
+            "header).",
         ),
     ] = None,
 ) -> dict:

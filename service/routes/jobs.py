@@ -488,7 +488,7 @@ def get_result(
         body["labels"] = _listable(results.labels(job_id))
     if "history" in parts:
         body["history"] = _listable(summary.get("history", []))
-    for name in ("n_clusters", "metrics", "k_path"):  # older results: not recorded
+    for name in ("n_clusters", "metrics", "k_path", "processes"):  # older results: not recorded
         if name in summary:
             body[name] = summary[name]
     return JSONResponse(body, headers=VARY_ACCEPT)

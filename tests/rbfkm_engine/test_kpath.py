@@ -31,15 +31,38 @@ def test_path_counts_grow_with_falling_temperatures(blobs):
     # through a merge, so appearances need not follow the previous count's split.
 
 
-def test_path_inertias_fall_and_end_on_the_fit(blobs):
-    km = RBFKMeans(6, random_state=0, device="cpu").fit(blobs)
+def test_settled_path_inertias_fall(blobs):
+    km = RBFKMeans("auto", max_clusters=6, random_state=0, device="cpu").fit(blobs)
     inertias = [record.inertia for record in km.k_path_]
     assert all(a >= b for a, b in itertools.pairwise(inertias))
-    assert inertias[-1] == pytest.approx(km.inertia_, rel=1e-5)
     one = km.k_path_[0]
     total = float(((blobs - blobs.mean(axis=0)) ** 2).sum())
     assert one.inertia == pytest.approx(total, rel=1e-5)
     assert one.centers.shape == (1, 2)
+    chosen = next(record for record in km.k_path_ if record.k == km.n_clusters_)
+    assert chosen.inertia >= km.inertia_ * (1 - 1e-6)
+
+
+def test_auto_fills_in_the_counts_annealing_skipped():
+    # Five overlapping blobs: pairs split at one temperature and annealing skips counts.
+    X, _ = make_blobs(3000, centers=5, cluster_std=0.6, random_state=1)
+    km = RBFKMeans("auto", max_clusters=10, random_state=0, device="cpu").fit(X)
+    assert [record.k for record in km.k_path_] == list(range(1, 11))
+    skipped = [r for r in km.k_path_ if r.sigma_appear is None]
+    assert skipped, "this set was chosen because annealing skips counts on it"
+    for record in km.k_path_:
+        assert record.inertia is not None and record.centers.shape == (record.k, 2)
+        assert (record.sigma_appear is None) == (record.sigma_split is None) or record.k == 10
+    assert km.n_clusters_ == 5
+
+
+def test_a_fixed_k_path_is_left_as_annealed_and_ends_on_the_fit(blobs):
+    km = RBFKMeans(6, random_state=0, device="cpu").fit(blobs)
+    *annealed, last = km.k_path_
+    assert all(record.inertia is None for record in annealed)
+    assert all(record.centers.shape == (record.k, 2) for record in annealed)
+    assert last.inertia == pytest.approx(km.inertia_, rel=1e-5)
+    np.testing.assert_allclose(last.centers, km.cluster_centers_, rtol=1e-5)
 
 
 def test_path_is_in_the_data_units(blobs):

@@ -30,13 +30,29 @@ CASES: dict[str, tuple[dict, bool]] = {
     "entmax15": ({"assignment": "entmax15", "n_clusters": 7}, True),
     # float64 data fitted in float32: labels_ and inertia_ come from predict's own pass.
     "entmax15-float32": ({"assignment": "entmax15", "n_clusters": 4, "dtype": "float32"}, False),
-    # k chosen from the path: its counts settled and scored over the union of the shards.
+    # k chosen from the path (the gap statistic: reference sets in the union's principal
+    # box, the same on every rank), its counts settled over the union of the shards.
     "auto": ({"assignment": "entmax15", "n_clusters": "auto", "max_clusters": 8}, True),
+    # The silhouette: a sample drawn from the union's rows, the same on every rank.
+    "auto-silhouette": (
+        {"n_clusters": "auto", "max_clusters": 6, "criterion": "silhouette"},
+        False,
+    ),
 }
 #: Centres agree to this (absolute, data of unit scale); float32 sums in another order
 #: round differently.
 ATOL = {"entmax15-float32": 1e-4}
 COMMON = {"dtype": "float64", "device": "cpu", "random_state": 3, "max_iter": 200}
+
+
+def _estimator(params: dict) -> RBFKMeans:
+    """``RBFKMeans(**params)``; a ``criterion`` entry sets how ``"auto"`` chooses k."""
+    params = dict(params)
+    criterion = params.pop("criterion", None)
+    model = RBFKMeans(**params)
+    if criterion is not None:
+        model._k_criterion = criterion
+    return model
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +104,7 @@ def _fit_shards(rank: int, world: int) -> dict[str, dict]:
         params = {**COMMON, **params}
         if params.get("init", "") is None:
             params["init"] = _init_with_an_empty_cluster(_data()[0])
-        model = RBFKMeans(**params).fit(X, sample_weight=weights if weighted else None)
+        model = _estimator(params).fit(X, sample_weight=weights if weighted else None)
         out[name] = _fitted(model)
     return out
 
@@ -108,7 +124,7 @@ def _single(world: int) -> dict[str, dict]:
     out = {}
     for name, (params, weighted) in CASES.items():
         X, w = _concatenated(world, weighted)
-        out[name] = _fitted(RBFKMeans(**{**COMMON, **params}).fit(X, sample_weight=w))
+        out[name] = _fitted(_estimator({**COMMON, **params}).fit(X, sample_weight=w))
     X, _ = _data()
     init = _init_with_an_empty_cluster(X)
     params = {**COMMON, "assignment": "hard", "n_clusters": 5, "init": init}

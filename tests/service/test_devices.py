@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rbfkm_engine.device import cuda_count
-from service.devices import DeviceLock, device_for_index, job_device, worker_device
+from service.devices import DeviceLock, DeviceLocks, device_for_index, job_device, worker_device
 
 
 def test_worker_device_is_canonical() -> None:
@@ -56,3 +56,20 @@ def test_device_lock_is_exclusive_per_scope(tmp_path: Path) -> None:
     for lock in (second, other_scope, other_device):
         lock.release()
     first.release()  # releasing twice is harmless
+
+
+def test_device_locks_take_every_device_or_none(tmp_path: Path) -> None:
+    held = DeviceLock("cuda:1", tmp_path)
+    assert held.acquire(0)
+    locks = DeviceLocks(["cuda:1", "cuda:0"], tmp_path)
+    tries = []
+    assert not locks.acquire(lambda: tries.append(1) or len(tries) >= 2, step_s=0.01)
+    assert len(tries) == 2
+    other = DeviceLock("cuda:0", tmp_path)  # given up: cuda:0 is free again
+    assert other.acquire(0)
+    other.release()
+    held.release()
+    assert locks.acquire(lambda: True, step_s=0.01)
+    assert not DeviceLock("cuda:0", tmp_path).acquire(0)
+    locks.release()
+    assert DeviceLock("cuda:1", tmp_path).acquire(0)

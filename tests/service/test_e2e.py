@@ -135,8 +135,9 @@ def test_result_equals_the_engine_run_directly(live: Live, fitted: dict) -> None
         "n_clusters",
         "metrics",
         "k_path",
+        "processes",
     }
-    assert result["n_clusters"] == 3
+    assert result["n_clusters"] == 3 and result["processes"] == 1
     assert sum(result["metrics"]["sizes"]) == len(X)
     assert set(result["metrics"]) == {"sizes", "silhouette", "davies_bouldin", "calinski_harabasz"}
     assert [entry["k"] for entry in result["k_path"]][-1] == 3
@@ -180,7 +181,7 @@ def test_auto_job_on_weighted_csv_over_http(live: Live) -> None:
     path = result["k_path"]
     assert [entry["k"] for entry in path] == [record.k for record in direct.k_path_]
     assert set(path[0]) == {"k", "sigma_appear", "sigma_split", "inertia"}
-    assert path[-1]["k"] <= 6 and path[-1]["sigma_split"] is not None
+    assert path[-1]["k"] <= 6 and all(entry["inertia"] is not None for entry in path)
     metrics = result["metrics"]
     assert sorted(metrics["sizes"]) == [100, 100, 100]
     assert metrics["silhouette"] > 0.5 and metrics["davies_bouldin"] > 0
@@ -190,9 +191,10 @@ def test_auto_job_on_weighted_csv_over_http(live: Live) -> None:
 
 def test_result_include_and_exclude(live: Live, fitted: dict) -> None:
     path = f"/v1/jobs/{fitted['job']['id']}/result"
-    # The scalars, the metrics and the k path (small: no centres) are always sent.
+    # The scalars, the metrics, the k path (small: no centres) and the processes that
+    # fitted the job are always sent.
     always = {"inertia", "n_iter", "converged", "sigma", "device", "n_clusters", "metrics"}
-    always |= {"k_path"}
+    always |= {"k_path", "processes"}
     only = live.http.get(path, params={"include": "centroids"}).json()
     assert set(only) == {"centroids"} | always
     less = live.http.get(path, params=[("exclude", "labels"), ("exclude", "history")]).json()

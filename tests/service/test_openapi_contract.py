@@ -133,7 +133,7 @@ INEXPRESSIBLE: tuple[tuple[str, str], ...] = (
     # an idempotency key already used with another body;
     (r"header\.idempotency-key|body", r"already used"),
     # a weight column the body names (and whose values are weights);
-    (r"query\.weight_column", r"needs named columns|names no column|only column"),
+    (r"query\.weight_column", r"0-based index|names no column|only column"),
     (r"body\.[^\[]+(\[\d+\])?", r"weights? (must be|is)|every weight is 0"),
     # initial centres for a fixed number of clusters only.
     (r"body\.init", r"initial centres need an int n_clusters"),

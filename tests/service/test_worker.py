@@ -303,8 +303,8 @@ class _ReclaimedWhileSaving(ResultStore):
         self.queue = queue
         self.taken_by: list[int] = []
 
-    def save(self, job_id: str, model: Any, X: Any, *, attempt: int = 1) -> dict[str, Any]:
-        meta = super().save(job_id, model, X, attempt=attempt)
+    def save(self, job_id: str, model: Any, X: Any, **kwargs: Any) -> dict[str, Any]:
+        meta = super().save(job_id, model, X, **kwargs)
         time.sleep(self.queue.lease_s + 0.1)
         claim = self.queue.claim("other", block_ms=10)
         assert claim is not None

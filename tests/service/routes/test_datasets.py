@@ -249,11 +249,33 @@ def test_a_weight_column_of_parquet(client: TestClient) -> None:
     assert response.json()["n_features"] == 2
 
 
+def test_a_weight_column_by_index_of_an_npy_array(client: TestClient, settings) -> None:
+    from service.datasets import dataset_weights, load_dataset
+
+    weights = np.arange(1.0, 31.0)
+    buf = io.BytesIO()
+    np.save(buf, np.column_stack([X[:, 0], weights, X[:, 1]]))
+    response = client.post(
+        "/v1/datasets",
+        content=buf.getvalue(),
+        headers={"Content-Type": "application/x-npy"},
+        params={"weight_column": "1"},
+    )
+    assert response.status_code == 201, response.text
+    meta = response.json()
+    assert (meta["n_features"], meta["weight_column"]) == (2, "1")
+    np.testing.assert_array_equal(dataset_weights(settings.data_dir, meta["id"]), weights)
+    np.testing.assert_array_equal(load_dataset(settings.data_dir, meta["id"]), X)
+
+
 @pytest.mark.parametrize(
     ("body", "content_type", "column", "says"),
     [
         (b"a,b\n1,2\n3,4\n", "text/csv", "w", "names no column"),
-        (b"1,2\n3,4\n", "text/csv", "w", "needs named columns"),
+        (b"1,2\n3,4\n", "text/csv", "w", "0-based index, 0 to 1"),
+        (b"1,2\n3,4\n", "text/csv", "2", "0-based index, 0 to 1"),
+        (b"1,2\n3,4\n", "text/csv", "-1", "0-based index"),
+        (b'{"data": [[1], [2]]}', "application/json", "0", "only column"),
         (b"a,w\n1,-2\n3,4\n", "text/csv", "w", "negative"),
         (b"a,w\n1,0\n3,0\n", "text/csv", "w", "every weight is 0"),
     ],

@@ -11,10 +11,16 @@ export function temperatures(history) {
     .sort((a, b) => b.sigma - a.sigma);
 }
 
+/** Counts annealing reached: those with a temperature (`n_clusters: "auto"` also reports
+ *  counts it skipped, filled in by merging, with `sigma_appear` null). */
+function annealed(kPath) {
+  return (kPath || []).filter((entry) => entry.sigma_appear != null);
+}
+
 /** The count of distinct centres as segments of temperature: k from `sigma_appear` down to
  *  `sigma_split` (or down to `coldest`, for the k that lives to the end). */
 export function countSegments(kPath, coldest) {
-  return (kPath || []).map((entry) => ({
+  return annealed(kPath).map((entry) => ({
     k: entry.k,
     from: entry.sigma_appear,
     to: entry.sigma_split ?? coldest ?? entry.sigma_appear,
@@ -24,7 +30,7 @@ export function countSegments(kPath, coldest) {
 
 /** Transitions from a k path: where each k after the first appeared. */
 export function pathTransitions(kPath) {
-  const entries = [...(kPath || [])].sort((a, b) => a.k - b.k);
+  const entries = annealed(kPath).sort((a, b) => a.k - b.k);
   return entries.slice(1).map((entry, i) => ({
     sigma: entry.sigma_appear,
     label: `${entries[i].k} → ${entry.k} centres`,
