@@ -17,8 +17,10 @@ import cosine
 def test_every_method_finds_three_clear_blobs() -> None:
     X, _ = make_blobs(600, centers=3, cluster_std=0.3, random_state=0)
     picks, seconds = choose_k.rbfkm_choices(X, 6, 0)
-    assert set(picks) == {f"rbfkm-{criterion}" for criterion in choose_k.CRITERIA}
-    assert picks["rbfkm-silhouette"] == picks["rbfkm-bic"] == 3 and seconds > 0
+    methods = {f"rbfkm-{criterion}" for criterion in choose_k.CRITERIA}
+    assert set(picks) == set(seconds) == methods
+    assert picks["rbfkm-gap"] == picks["rbfkm-silhouette"] == picks["rbfkm-bic"] == 3
+    assert all(t > 0 for t in seconds.values())
     assert choose_k.sklearn_silhouette(X, 6, 0)[0] == 3
     assert choose_k.sklearn_gap(X, 6, 0, refs=3)[0] == 3
 
