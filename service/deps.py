@@ -75,8 +75,7 @@ def require_caller(
     if caller is None:
         raise ProblemError(
             401,
-            "a valid API key is required: send `Authorization: Bearer <key>` or "
-            "`X-API-Key: <key>`",
+            "a valid API key is required: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
             kind="unauthorized",
             errors=[("header.authorization", "missing or unknown API key")],
             headers={"WWW-Authenticate": "Bearer"},

@@ -206,4 +206,3 @@ class Keyring:
             max_stored_bytes=entry.get("max_stored_bytes") or self.default_quota.max_stored_bytes,
             max_active_jobs=entry.get("max_active_jobs") or self.default_quota.max_active_jobs,
         )
-
