@@ -89,13 +89,17 @@ class Operations:
             headers=call.headers,
         )
 
-    def upload(self, data: Any, name: str | None = None) -> Dataset:
+    def upload(
+        self, data: Any, name: str | None = None, weight_column: str | int | None = None
+    ) -> Dataset:
         """Store a dataset: an ndarray, a pandas DataFrame, a pyarrow Table, the path of a
         ``.npy``/``.csv``/``.parquet``/``.json`` file, or an ``https://``, ``s3://`` or
         ``gs://`` URL of one (sent by reference: the service reads it, with its own
         credentials for the store). The same bytes uploaded again return the stored
-        dataset."""
-        return self._run(self._api.upload(data, name))
+        dataset. ``weight_column``: a column of sample weights, taken out of the features
+        and used by every fit on the dataset (its name, or its 0-based index in data
+        without column names)."""
+        return self._run(self._api.upload(data, name, weight_column))
 
     def dataset(self, dataset: Dataset | str) -> Dataset:
         """A stored dataset."""

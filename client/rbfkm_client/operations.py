@@ -79,14 +79,19 @@ class Api:
         response = yield from send(Call("GET", data, external=True), self.retry)
         return body_of_download(data, response, name)
 
-    def upload(self, data: Any, name: str | None = None) -> Operation[Dataset]:
+    def upload(
+        self, data: Any, name: str | None = None, weight_column: str | int | None = None
+    ) -> Operation[Dataset]:
         """Store ``data`` as a dataset (the same bytes again return the stored one); a URL
-        is sent by reference, for the service to read."""
+        is sent by reference, for the service to read. ``weight_column``: the column that
+        holds sample weights (its name, or its index in data without column names)."""
+        weights = {} if weight_column is None else {"weight_column": str(weight_column)}
         if is_source(data):
-            stored = yield from self.json("POST", "/v1/datasets", json=source_body(data, name))
+            body = source_body(data, name)
+            stored = yield from self.json("POST", "/v1/datasets", json=body, params=weights)
             return Dataset.from_json(stored)
         body = yield from self.body(data, name)
-        params = {"name": body.name} if body.name else None
+        params = {**({"name": body.name} if body.name else {}), **weights} or None
         headers = {"Content-Type": body.content_type}
         stored = yield from self.json(
             "POST", "/v1/datasets", content=body.content, params=params, headers=headers

@@ -93,10 +93,14 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
             params["init"] = params["init"].tolist()
         return params
 
-    def fit(self, X: Any, y: Any = None) -> RemoteRBFKMeans:
-        """Fit on the service; ``y`` is ignored."""
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RemoteRBFKMeans:
+        """Fit on the service; ``y`` is ignored. ``sample_weight`` travels as one more
+        column of the upload, which the service takes out as the dataset's weights."""
         with self._client() as client:
-            job = client.fit(X, self.n_clusters, progress=self.progress, **self._engine_params())
+            data: Any = X
+            if sample_weight is not None:
+                data = client.upload(*weighted_columns(X, sample_weight))
+            job = client.fit(data, self.n_clusters, progress=self.progress, **self._engine_params())
             result = client.result(job)
         self.job_id_ = job.id
         self.labels_ = result.labels
@@ -116,3 +120,16 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "job_id_")
         with self._client() as client:
             return client.predict(self.job_id_, X).labels
+
+
+def weighted_columns(X: Any, sample_weight: Any) -> tuple[np.ndarray, None, str]:
+    """``X`` as an array with ``sample_weight`` as its last column, and the upload
+    arguments that name that column (``Client.upload(data, name, weight_column)``)."""
+    array = np.asarray(X, dtype=np.float64)
+    weights = np.asarray(sample_weight, dtype=np.float64)
+    if array.ndim != 2 or weights.shape != (array.shape[0],):
+        raise ValueError(
+            f"sample_weight must be one weight per row of X: X has shape {array.shape}, "
+            f"sample_weight {weights.shape}"
+        )
+    return np.column_stack([array, weights]), None, str(array.shape[1])

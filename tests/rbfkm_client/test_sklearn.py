@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rbfkm_client import RemoteRBFKMeans
-from rbfkm_client.sklearn import ENGINE_PARAMS
+from rbfkm_client.sklearn import ENGINE_PARAMS, weighted_columns
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from rbfkm_engine import RBFKMeans
 from service.schemas import JobCreate
 from tests.rbfkm_client.conftest import KEY, Live, X
 
@@ -42,3 +43,19 @@ def test_in_a_pipeline(live: Live) -> None:
 def test_predict_before_fit_says_so() -> None:
     with pytest.raises(NotFittedError):
         RemoteRBFKMeans().predict(X)
+
+
+def test_sample_weights_reach_the_fit(live: Live) -> None:
+    weights = np.linspace(0.2, 5.0, X.shape[0])
+    params = {"random_state": 0, "device": "cpu"}
+    model = RemoteRBFKMeans(3, url=live.url, api_key=KEY, **params)
+    model.fit(X, sample_weight=weights)
+    local = RBFKMeans(3, **params).fit(X, sample_weight=weights)
+    assert model.inertia_ == pytest.approx(local.inertia_, rel=1e-5)
+    unweighted = RBFKMeans(3, **params).fit(X)
+    assert model.inertia_ != pytest.approx(unweighted.inertia_, rel=1e-3)
+
+
+def test_sample_weights_must_match_the_rows() -> None:
+    with pytest.raises(ValueError, match="one weight per row"):
+        weighted_columns(X, np.ones(X.shape[0] + 1))
