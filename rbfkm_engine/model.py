@@ -533,7 +533,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             params = {**self.get_params(), "random_state": seed, "verbose": False}
             reference = type(self)(**params)
             reference._k_criterion = "lifetime"  # needs no scoring: only the path is read
-            reference.fit(Z, should_stop=stop, process_group=None)
+            with warnings.catch_warnings():  # uniform data: the user's fit is not theirs
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                reference.fit(Z, should_stop=stop, process_group=None)
             paths.append(
                 {r.k: r.inertia / rows for r in reference.k_path_ if r.inertia is not None}
             )
