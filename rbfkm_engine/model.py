@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import Any
@@ -582,6 +583,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.history_ = [unscaled_record(record, dscale) for record in best.history]
         self.n_clusters_ = int(best.centres.shape[0])
         self.k_path_ = [self._path_record(count, scale, dscale) for count in best.path]
+        if not self._auto() and self.k_path_ and self.k_path_[-1].k == self.n_clusters_:
+            # The last count is the fit itself: its inertia as the fit reports it.
+            self.k_path_[-1] = dataclasses.replace(self.k_path_[-1], inertia=self.inertia_)
         self.stopped_early_ = bool(best.stopped_early)
         self.converged_ = bool(best.converged)
         counts = torch.from_numpy(np.bincount(self.labels_, minlength=self.n_clusters_))
