@@ -2,7 +2,7 @@
 of the file.
 
 The fit runs in a subprocess whose data segment (``RLIMIT_DATA``: heap and anonymous
-mappings, not a read-only mapped file) may grow by a quarter of the file's size beyond
+mappings, not a read-only mapped file) may grow by half the file's size beyond
 what its imports took: a fit that copied ``X`` into memory would fail there. Data far
 from the origin are centred in a copy, itself a mapped temporary file (see
 docs/distributed.md). What the fit holds is a few vectors per row (labels, distances) and
@@ -35,7 +35,7 @@ _FIT = textwrap.dedent(
         return int(re.search(r"VmData:\\s+(\\d+)", status).group(1)) * 1024
 
     X = np.load(sys.argv[1], mmap_mode="r")
-    cap = data_segment() + X.nbytes // 4
+    cap = data_segment() + X.nbytes // 2
     resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
     model = RBFKMeans(n_clusters=4, assignment=sys.argv[2], max_iter=12, device="cpu",
                       chunk_size=8192, random_state=0).fit(X)
@@ -71,7 +71,7 @@ def mapped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize(
     ("where", "assignment"), [("near", "hard"), ("near", "entmax15"), ("far", "hard")]
 )
-def test_a_mapped_file_is_fitted_in_a_quarter_of_its_size(
+def test_a_mapped_file_is_fitted_in_half_its_size(
     mapped: dict[str, Path], where: str, assignment: str
 ) -> None:
     if not Path("/proc/self/status").exists():
