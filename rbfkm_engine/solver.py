@@ -106,11 +106,10 @@ def solve(
     inertia = ws.hard_labels(C)
     labels = ws.labels.clone()
     if auto is None:
-        # A fixed k: the path as annealing left it, at no cost; only the last count (the
-        # fit itself) has an inertia. Settling every count is n_clusters="auto"'s work.
+        # A fixed k: the path as annealing left it, at no cost (settling every count is
+        # n_clusters="auto"'s work); the estimator gives the last count, the fit itself,
+        # the fit's reported inertia.
         path = ctx.path.counts(C, ws.k)
-        if path and path[-1].k == C.shape[0]:
-            path[-1].inertia = inertia
     return SolverResult(
         centres=C,
         labels=labels,
