@@ -41,7 +41,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -303,11 +303,16 @@ def _exit_when_orphaned(parent_pid: int, every_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    """``value`` to ``path`` under a temporary name and renamed: never half a file."""
+def _publish(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """``write`` to ``path`` under a temporary name, then renamed: never half a file."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value))
+    with partial.open("wb") as handle:
+        write(handle)
     partial.replace(path)
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    _publish(path, lambda handle: handle.write(json.dumps(value).encode()))
 
 
 def _progress_writer(directory: Path, interval_s: float) -> Callable[[Any], bool]:
@@ -343,12 +348,9 @@ def _fit_shard(job: RankJob, rank: int, directory: Path) -> None:
     model = estimator(**job.params, device=job.devices[rank])
     callback = _progress_writer(directory, job.progress_interval_s) if rank == 0 else None
     model.fit(X[rows], sample_weight=None if weights is None else weights[rows], callback=callback)
-    np.save(directory / f"labels-{rank}.partial.npy", np.asarray(model.labels_))
-    os.replace(directory / f"labels-{rank}.partial.npy", directory / f"labels-{rank}.npy")
+    _publish(directory / f"labels-{rank}.npy", lambda handle: np.save(handle, model.labels_))
     if rank == 0:
-        partial = directory / "model.pkl.partial"
-        partial.write_bytes(pickle.dumps(model))
-        partial.replace(directory / "model.pkl")
+        _publish(directory / "model.pkl", lambda handle: pickle.dump(model, handle))
 
 
 def rank_main(directory: Path, rank: int) -> int:

@@ -344,7 +344,8 @@ class Worker:
             )
         should_stop = self._stop_check(keeper)
         if world > 1:
-            return self._fit_parallel(claim, keeper, rank_devices(device, world)), X, world
+            devices = rank_devices(device, world)
+            return self._fit_parallel(claim, keeper, devices, should_stop), X, world
         weights = None if self.load_weights is None else self.load_weights(claim.dataset_id)
         estimator = self.estimator or _default_estimator()
         model = estimator(**engine_params(claim.params), device=device)
@@ -396,14 +397,19 @@ class Worker:
 
         return report
 
-    def _fit_parallel(self, claim: Claim, keeper: _LeaseKeeper, devices: list[str]) -> Any | None:
+    def _fit_parallel(
+        self,
+        claim: Claim,
+        keeper: _LeaseKeeper,
+        devices: list[str],
+        should_stop: Callable[[], bool],
+    ) -> Any | None:
         """The job fitted by one rank process per device of ``devices``
         (:mod:`service.parallel`); ``None`` when it was stopped."""
         import tempfile
 
         import torch
 
-        should_stop = self._stop_check(keeper)
         others = [name for name in devices if name != self.device and name != "cpu"]
         locks = None
         if others:  # every GPU of the job, in one order, none held meanwhile
