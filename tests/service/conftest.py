@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -167,7 +167,30 @@ def private_db(redis_server: str, db: int) -> Iterator[str]:
         store.close()
 
 
-class Receiver:
+_Server = TypeVar("_Server", bound="LoopbackServer")
+
+
+class LoopbackServer:
+    """A real HTTP server on loopback, in a thread while the ``with`` block runs, answering
+    with ``handler`` (a ``BaseHTTPRequestHandler`` class); ``base_url`` its address."""
+
+    def __init__(self, handler: type) -> None:
+        import http.server
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self: _Server) -> _Server:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Receiver(LoopbackServer):
     """A real HTTP server on loopback that records what is POSTed to it (webhooks).
 
     ``statuses``: the answers to the first requests, in order (then 200)."""
@@ -191,24 +214,15 @@ class Receiver:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
+        self.url = f"{self.base_url}/hook"
 
 
 #: A webhook secret for tests (Standard Webhooks' own example).
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-class FileServer:
+class FileServer(LoopbackServer):
     """A real HTTP server on loopback serving ``files`` (path -> bytes): dataset sources.
 
     A path not in ``files`` answers 404; ``redirects`` (path -> location) answer 302."""
@@ -236,17 +250,8 @@ class FileServer:
                 pass
 
         self.files = files
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> FileServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
+        self.url = self.base_url
 
 
 #: The credentials of the test object store (moto accepts any).
