@@ -47,6 +47,7 @@ import numpy as np
 
 from rbfkm_engine.device import cuda_count
 from service.errors import NON_RETRYABLE
+from service.params import default_estimator
 from service.threads import thread_environment
 
 #: What a job sets to use every process its worker offers.
@@ -335,12 +336,7 @@ def _progress_writer(directory: Path, interval_s: float) -> Callable[[Any], bool
 def _fit_shard(job: RankJob, rank: int, directory: Path) -> None:
     """This rank's part of the fit: its rows of the dataset, its labels to the directory
     (and, on rank 0, the fitted model and a last progress record)."""
-    if job.estimator is None:
-        from rbfkm_engine import RBFKMeans
-
-        estimator: Callable[..., Any] = RBFKMeans
-    else:
-        estimator = job.estimator
+    estimator = job.estimator or default_estimator()
     X = job.load_dataset(job.dataset_id)
     weights = None if job.load_weights is None else job.load_weights(job.dataset_id)
     bounds = row_bounds(X.shape[0], job.world)

@@ -268,6 +268,14 @@ EngineParams = model_with(
 )
 
 
+def default_estimator() -> type:
+    """The estimator a job is fitted with unless a worker is given another: ``RBFKMeans``
+    (imported here, not at module level: the API process does not load torch)."""
+    from rbfkm_engine import RBFKMeans
+
+    return RBFKMeans
+
+
 def engine_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """``RBFKMeans``'s keyword arguments for a job's stored parameters.
 

@@ -70,7 +70,7 @@ from service.parallel import (
     world_size,
 )
 from service.parallel import capacity as parallel_capacity
-from service.params import engine_params, runtime_limit
+from service.params import default_estimator, engine_params, runtime_limit
 from service.queue import Claim, JobQueue
 from service.results import ResultStore
 from service.settings import Settings
@@ -151,12 +151,6 @@ class _LeaseKeeper:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join()
-
-
-def _default_estimator() -> Callable[..., Any]:
-    from rbfkm_engine import RBFKMeans
-
-    return RBFKMeans
 
 
 @dataclass(frozen=True)
@@ -347,7 +341,7 @@ class Worker:
             devices = rank_devices(device, world)
             return self._fit_parallel(claim, keeper, devices, should_stop), X, world
         weights = None if self.load_weights is None else self.load_weights(claim.dataset_id)
-        estimator = self.estimator or _default_estimator()
+        estimator = self.estimator or default_estimator()
         model = estimator(**engine_params(claim.params), device=device)
         report = self._progress_writer(claim, keeper)
 
