@@ -23,6 +23,13 @@ WORKDIR /app
 # finds it satisfied and this heavy layer is cached across code changes.
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}"
 
+# A C compiler: the fused Lloyd kernel (rbfkm_engine/native.py) is built on first use, for
+# the CPU the container runs on, into the user's cache; without it the passes run in torch.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+
 COPY pyproject.toml README.md ./
 COPY rbfkm_engine ./rbfkm_engine
 COPY service ./service

@@ -28,6 +28,7 @@ from .assign import EStep, responsibilities
 from .blocks import iter_chunks
 from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
+from .native import ADD, LABEL, MOVE, LloydKernel, lloyd_kernel
 from .nearest import nearest
 from .parallel import BlockPool
 from .progress import Interrupt, IterationStats, interrupter
@@ -93,6 +94,9 @@ class Workspace:
         # Hard passes over every row at once (GPUs: no host synchronisation per block)
         # rather than block by cache-sized block with hints (CPUs).
         self.whole_passes = X.device.type != "cpu"
+        # The fused CPU kernel of the hard passes (:mod:`~rbfkm_engine.native`), where it
+        # builds; ``None``: they run in torch ops.
+        self.kernel: LloydKernel | None = None if self.whole_passes else lloyd_kernel(X, self.w)
         # Lloyd's sums (R^T W X, R^T w) of ``labels``, in float64, kept between hard passes;
         # None whenever ``labels`` were written by anything but a hard pass.
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -257,10 +261,13 @@ class Workspace:
         if incremental:
             num, den = self._hard_sums
         else:
-            num = torch.zeros_like(C)
-            den = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+            dtype = C.dtype if self.kernel is None else torch.float64  # the kernel's sums
+            num = torch.zeros(C.shape, dtype=dtype, device=C.device)
+            den = torch.zeros(C.shape[0], dtype=dtype, device=C.device)
         if self.whole_passes:
             inertia = self._whole_hard_pass(C, num, den, incremental)
+        elif self.kernel is not None:
+            inertia = self._fused_pass(C, MOVE if incremental else ADD, num, den)
         else:
             inertia = self._blocked_hard_pass(C, warm, num, den, incremental)
         if not incremental:
@@ -309,6 +316,45 @@ class Workspace:
             num += part_num
             den += part_den
         return inertia
+
+    def _fused_pass(
+        self, C: torch.Tensor, mode: int, num: torch.Tensor | None, den: torch.Tensor | None
+    ) -> torch.Tensor:
+        """A hard pass by the fused kernel, block by block (see :mod:`.native`): labels and
+        distances of every row, the sums added to as ``mode`` says (each block's share its
+        own, added in block order); returns the inertia (a float64 tensor)."""
+        kernel = self.kernel
+        assert kernel is not None
+        width = row_reduction_width(C.shape[0], C.device)
+        centres = kernel.centres(C, width)
+        c_sq = centres.c_sq[: C.shape[0]].unsqueeze(0)
+
+        def block(rows: slice) -> tuple[float, torch.Tensor | None, torch.Tensor | None]:
+            D = None if centres.CT is not None else self.padded_distances(rows, C, c_sq)
+            part_num = None if num is None else torch.zeros_like(num)
+            part_den = None if den is None else torch.zeros_like(den)
+            inertia = kernel.block(
+                self.X[rows],
+                self.x_sq[rows],
+                centres,
+                D,
+                self.weights(rows),
+                self.labels[rows],
+                self.min_dist[rows],
+                part_num,
+                part_den,
+                mode,
+            )
+            return inertia, part_num, part_den
+
+        total = 0.0
+        for inertia, part_num, part_den in self.map_blocks(block):
+            total += inertia
+            if num is not None and part_num is not None:
+                num += part_num
+            if den is not None and part_den is not None:
+                den += part_den
+        return torch.tensor(total, dtype=torch.float64, device=C.device)
 
     def _whole_hard_pass(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, incremental: bool
@@ -371,6 +417,8 @@ class Workspace:
         if self.whole_passes:
             self._nearest_everywhere(C, exact=True)
             return self._summed(weighted_sum(self.min_dist, self.w))
+        if self.kernel is not None:
+            return self._summed(self._fused_pass(C, LABEL, None, None))
         c_sq = squared_norms(C).unsqueeze(0)
 
         def block(rows: slice) -> torch.Tensor:

@@ -85,7 +85,9 @@ def test_fit_ends_with_swaps_that_lower_the_inertia() -> None:
     lloyd_phases = [r["inertia"] for r in m.history_ if r["sigma"] == 0.0]
     assert len(lloyd_phases) >= 2
     assert all(b < a for a, b in pairwise(lloyd_phases))
-    assert m.inertia_ == pytest.approx(lloyd_phases[-1], rel=1e-5)
+    # The last record is the inertia before the last (small) shift, which cannot raise it.
+    assert m.inertia_ <= lloyd_phases[-1] * (1 + 1e-12)
+    assert m.inertia_ == pytest.approx(lloyd_phases[-1], rel=1e-4)
     assert m.n_iter_ <= m.max_iter
     np.testing.assert_array_equal(m.labels_, m.predict(X))
 

@@ -1,0 +1,131 @@
+/* One block of a Lloyd pass, fused: each row's nearest centre, its squared distance and its
+ * share of the M-step sums, in one loop over the rows (see rbfkm_engine/native.py).
+ *
+ * A row's partial distances are p_j = ||c_j||^2 - 2 x.c_j (the squared distance less the
+ * row's constant ||x||^2, the same expansion as the torch passes), either computed here
+ * ("direct": centres transposed, kp columns, for few features) or read from a block the
+ * caller filled by a GEMM. The nearest centre is the lowest index of the minimum (as
+ * torch.argmin), kept per SIMD lane and reduced at the end, so no row is scanned twice.
+ *
+ * Modes: 0 adds every row to the sums of its new cluster; 1 moves the rows whose label
+ * changed between the sums (the caller keeps sums between passes); 2 labels only.
+ * Sums are float64 whatever the data's type. No allocation, no global state: blocks run
+ * on the caller's threads at once.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LLOYD_KERNELS(T, V, I, LANES, SUFFIX)                                                  \
+    typedef T V __attribute__((vector_size(sizeof(T) * LANES)));                               \
+    typedef I V##_index __attribute__((vector_size(sizeof(T) * LANES)));                       \
+                                                                                               \
+    /* Lowest index of the minimum over the lanes' bests (ties: lowest index). */              \
+    static inline int64_t reduce_##SUFFIX(V best, V##_index at, T *out) {                      \
+        T m = best[0];                                                                         \
+        I a = at[0];                                                                           \
+        for (int l = 1; l < LANES; l++)                                                        \
+            if (best[l] < m || (best[l] == m && at[l] < a)) {                                  \
+                m = best[l];                                                                   \
+                a = at[l];                                                                     \
+            }                                                                                  \
+        *out = m;                                                                              \
+        return (int64_t)a;                                                                     \
+    }                                                                                          \
+                                                                                               \
+    /* Keep, lane by lane, the smaller of best and p (the earlier column on ties). */          \
+    static inline void keep_min_##SUFFIX(V p, V##_index idx, V *best, V##_index *at) {         \
+        V##_index lower = p < *best;                                                           \
+        *best = (V)(((V##_index)p & lower) | ((V##_index)*best & ~lower));                     \
+        *at = (idx & lower) | (*at & ~lower);                                                  \
+    }                                                                                          \
+                                                                                               \
+    static inline void start_##SUFFIX(V *best, V##_index *at, V##_index *idx) {                \
+        for (int l = 0; l < LANES; l++) {                                                      \
+            (*best)[l] = INFINITY;                                                             \
+            (*at)[l] = 0;                                                                      \
+            (*idx)[l] = (I)l;                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* Nearest of x among the centres CT (d x kp, transposed; padding: c_sq = +inf). */        \
+    static inline int64_t nearest_direct_##SUFFIX(const T *restrict x, int64_t d,              \
+                                                  const T *restrict CT,                        \
+                                                  const T *restrict c_sq, int64_t kp, T *out) { \
+        V best, acc, ct;                                                                       \
+        V##_index at, idx;                                                                     \
+        start_##SUFFIX(&best, &at, &idx);                                                      \
+        for (int64_t j = 0; j < kp; j += LANES) {                                              \
+            memcpy(&acc, c_sq + j, sizeof acc);                                                \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                memcpy(&ct, CT + t * kp + j, sizeof ct);                                       \
+                acc += ((T)-2 * x[t]) * ct;                                                    \
+            }                                                                                  \
+            keep_min_##SUFFIX(acc, idx, &best, &at);                                           \
+            idx += (I)LANES;                                                                   \
+        }                                                                                      \
+        return reduce_##SUFFIX(best, at, out);                                                 \
+    }                                                                                          \
+                                                                                               \
+    /* Nearest in one row of partial distances (kp columns, padding +inf). */                  \
+    static inline int64_t nearest_row_##SUFFIX(const T *restrict row, int64_t kp, T *out) {    \
+        V best, p;                                                                             \
+        V##_index at, idx;                                                                     \
+        start_##SUFFIX(&best, &at, &idx);                                                      \
+        for (int64_t j = 0; j < kp; j += LANES) {                                              \
+            memcpy(&p, row + j, sizeof p);                                                     \
+            keep_min_##SUFFIX(p, idx, &best, &at);                                             \
+            idx += (I)LANES;                                                                   \
+        }                                                                                      \
+        return reduce_##SUFFIX(best, at, out);                                                 \
+    }                                                                                          \
+                                                                                               \
+    /* The block: X (m x d), x_sq (m), centres as CT/c_sq (direct) or D (m x ldd, ldd and     \
+     * kp multiples of LANES); w (m) or NULL; labels (m, in: last pass's, out: new);           \
+     * min_dist (m, out); num (k x d), den (k): float64 sums, added to. Returns the rows      \
+     * whose label changed; *inertia gets sum_i w_i min_dist_i. */                             \
+    int64_t lloyd_block_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                    \
+                                 const T *restrict x_sq, const T *restrict CT,                 \
+                                 const T *restrict c_sq, int64_t kp, const T *restrict D,      \
+                                 int64_t ldd, const T *restrict w, int64_t *restrict labels,   \
+                                 T *restrict min_dist, double *restrict num,                   \
+                                 double *restrict den, int mode, double *inertia) {            \
+        int64_t moved = 0;                                                                     \
+        double total = 0.0;                                                                    \
+        for (int64_t i = 0; i < m; i++) {                                                      \
+            const T *xi = X + i * d;                                                           \
+            T p;                                                                               \
+            const int64_t old = labels[i];                                                     \
+            const int64_t lab = D ? nearest_row_##SUFFIX(D + i * ldd, kp, &p)                  \
+                                  : nearest_direct_##SUFFIX(xi, d, CT, c_sq, kp, &p);          \
+            T dist = p + x_sq[i];                                                              \
+            dist = dist < (T)0 ? (T)0 : dist;                                                  \
+            min_dist[i] = dist;                                                                \
+            const double wi = w ? (double)w[i] : 1.0;                                          \
+            total += wi * (double)dist;                                                        \
+            labels[i] = lab;                                                                   \
+            if (lab != old) moved++;                                                           \
+            if (mode == 1 && lab != old) {                                                     \
+                double *to = num + lab * d, *from = num + old * d;                             \
+                for (int64_t t = 0; t < d; t++) {                                              \
+                    const double v = wi * (double)xi[t];                                       \
+                    to[t] += v;                                                                \
+                    from[t] -= v;                                                              \
+                }                                                                              \
+                den[lab] += wi;                                                                \
+                den[old] -= wi;                                                                \
+            } else if (mode == 0) {                                                            \
+                double *to = num + lab * d;                                                    \
+                for (int64_t t = 0; t < d; t++) to[t] += wi * (double)xi[t];                   \
+                den[lab] += wi;                                                                \
+            }                                                                                  \
+        }                                                                                      \
+        *inertia = total;                                                                      \
+        return moved;                                                                          \
+    }
+
+LLOYD_KERNELS(float, vfloat, int32_t, 8, f32)
+LLOYD_KERNELS(double, vdouble, int64_t, 4, f64)
+
+/* The number of columns the kernels read at a time: kp and ldd are multiples of it. */
+int64_t lloyd_lanes(void) { return 8; }

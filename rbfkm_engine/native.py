@@ -1,0 +1,236 @@
+"""The fused CPU kernel of Lloyd's passes, compiled from C on first use.
+
+A Lloyd pass in torch is a dozen ops per block of rows (the distance GEMM, a row minimum,
+a check of the labels, the moved rows' sums), each a sweep over the block and each with a
+dispatch cost; on few features the sweeps, not the arithmetic, set the pace.
+``lloyd_kernel.c`` does a block in one call: every row's nearest centre (lowest index on
+ties, as ``argmin``), its squared distance and its share of the M-step sums, with the
+distances computed in registers when the rows have at most :data:`DIRECT_MAX_FEATURES`
+features, else read from the block's GEMM. The blocks still run on the fit's
+:class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the GIL during a call).
+
+The library is built with the system's C compiler (``$CC``, else ``cc``) for the machine it
+runs on, once, into a per-user cache (``$RBFKM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rbfkm``
+or ``~/.cache/rbfkm``) keyed by the source, the compiler, the flags and the CPU. Without a
+compiler, or with ``RBFKM_NATIVE=0``, the passes stay in torch: the same labels (up to
+ties within rounding) at torch's speed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .distances import squared_norms
+
+log = logging.getLogger(__name__)
+
+#: ``RBFKM_NATIVE=0`` keeps every pass in torch.
+SWITCH = "RBFKM_NATIVE"
+#: Rows with at most this many features get their distances inside the kernel; beyond,
+#: a GEMM's cache blocking computes them faster (benchmarks/README.md, "Fused Lloyd").
+DIRECT_MAX_FEATURES = 32
+#: The kernel reads this many columns at a time: padded widths are multiples of it.
+LANES = 8
+SOURCE = Path(__file__).with_name("lloyd_kernel.c")
+#: Compiler flags, best first: a build for this CPU, then a portable one.
+FLAG_SETS = (("-O3", "-march=native"), ("-O3",))
+#: Seconds a build may take before it is given up (the passes then stay in torch).
+BUILD_TIMEOUT_S = 120
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_ARGTYPES = [_P, _I, _I, _P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, ctypes.c_int, _P]
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+#: Kernel modes: add every row to its cluster's sums, move the rows whose label changed
+#: between the sums, or label only.
+ADD, MOVE, LABEL = 0, 1, 2
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept (see the module's docstring)."""
+    if os.environ.get("RBFKM_CACHE_DIR"):
+        return Path(os.environ["RBFKM_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rbfkm"
+
+
+def enabled() -> bool:
+    """Whether the kernel may be used (``RBFKM_NATIVE`` is not ``0``/``false``/``no``)."""
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _cpu_identity() -> str:
+    """The CPU a ``-march=native`` build is for: its model and feature flags."""
+    parts = [platform.machine()]
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags", "Features", "CPU part")):
+                parts.append(line)
+                if len(parts) > 4:
+                    break
+    except OSError:
+        pass
+    return "\n".join(parts)
+
+
+def _build(compiler: str, flags: tuple[str, ...], target: Path) -> bool:
+    """Compile :data:`SOURCE` into ``target`` (atomically); whether it worked."""
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    cmd = [compiler, *flags, "-shared", "-fPIC", "-o", tmp, str(SOURCE)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            log.info("rbfkm: %s failed: %s", " ".join(cmd), done.stderr.strip()[:500])
+            return False
+        os.replace(tmp, target)
+        return True
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.info("rbfkm: cannot build the Lloyd kernel (%s)", exc)
+        return False
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _compiler_version(compiler: str) -> str | None:
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The built kernel library, built on first call; ``None`` where it cannot be (no
+    compiler, a failed build) or is switched off."""
+    if not enabled():
+        return None
+    compiler = os.environ.get("CC", "cc")
+    version = _compiler_version(compiler)
+    if version is None:
+        log.info("rbfkm: no C compiler (%s): Lloyd passes run in torch", compiler)
+        return None
+    source = SOURCE.read_bytes()
+    for flags in FLAG_SETS:
+        key = hashlib.sha256(
+            b"\0".join(
+                [source, version.encode(), " ".join(flags).encode(), _cpu_identity().encode()]
+            )
+        ).hexdigest()[:24]
+        target = cache_dir() / "native" / f"lloyd-{key}.so"
+        if target.exists() or _build(compiler, flags, target):
+            try:
+                lib = ctypes.CDLL(str(target))
+            except OSError as exc:
+                log.info("rbfkm: cannot load %s (%s)", target, exc)
+                continue
+            lib.lloyd_lanes.restype = ctypes.c_int64
+            if lib.lloyd_lanes() != LANES:
+                continue
+            for suffix in _SUFFIX.values():
+                fn = getattr(lib, f"lloyd_block_{suffix}")
+                fn.restype, fn.argtypes = ctypes.c_int64, _ARGTYPES
+            return lib
+    return None
+
+
+@dataclass
+class Centres:
+    """The centres as the kernel reads them: ``c_sq`` padded to ``width`` columns with
+    ``+inf`` (no minimum picks them) and, for direct distances, ``CT`` (``d x width``,
+    transposed, zero padding); ``CT`` is ``None`` where distances come from a GEMM."""
+
+    c_sq: torch.Tensor
+    CT: torch.Tensor | None
+    width: int
+
+
+class LloydKernel:
+    """The kernel for one fit's data type."""
+
+    def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype) -> None:
+        self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
+        self.dtype = dtype
+
+    @staticmethod
+    def direct(n_features: int) -> bool:
+        """Whether rows of ``n_features`` get their distances in the kernel (no GEMM)."""
+        return n_features <= DIRECT_MAX_FEATURES
+
+    def centres(self, C: torch.Tensor, width: int) -> Centres:
+        """``C`` laid out for the kernel, ``width`` columns (a multiple of :data:`LANES`,
+        at least ``k``)."""
+        k, d = C.shape
+        c_sq = torch.full((width,), float("inf"), dtype=C.dtype)
+        c_sq[:k] = squared_norms(C)
+        CT = None
+        if self.direct(d):
+            CT = torch.zeros((d, width), dtype=C.dtype)
+            CT[:, :k] = C.T
+        return Centres(c_sq, CT, width)
+
+    def block(
+        self,
+        X: torch.Tensor,
+        x_sq: torch.Tensor,
+        centres: Centres,
+        D: torch.Tensor | None,
+        w: torch.Tensor | None,
+        labels: torch.Tensor,
+        min_dist: torch.Tensor,
+        num: torch.Tensor | None,
+        den: torch.Tensor | None,
+        mode: int,
+    ) -> float:
+        """One block: ``labels`` and ``min_dist`` written, the sums (float64) added to as
+        ``mode`` says; returns the block's ``sum_i w_i min_dist_i``. ``D``: the block's
+        partial distances (``c_sq - 2 X C^T``, ``centres.width`` columns, padding
+        ``+inf``) where the centres carry no ``CT``."""
+        inertia = ctypes.c_double()
+        m, d = X.shape
+        self._fn(
+            X.data_ptr(),
+            m,
+            d,
+            x_sq.data_ptr(),
+            None if centres.CT is None else centres.CT.data_ptr(),
+            centres.c_sq.data_ptr(),
+            centres.width,
+            None if D is None else D.data_ptr(),
+            0 if D is None else D.stride(0),
+            None if w is None else w.data_ptr(),
+            labels.data_ptr(),
+            min_dist.data_ptr(),
+            None if num is None else num.data_ptr(),
+            None if den is None else den.data_ptr(),
+            mode,
+            ctypes.byref(inertia),
+        )
+        return inertia.value
+
+
+def lloyd_kernel(X: torch.Tensor, sample_weight: torch.Tensor | None) -> LloydKernel | None:
+    """The kernel for the passes over ``X`` (CPU, float32 or float64, rows contiguous, the
+    weights of ``X``'s type), or ``None``: the passes then run in torch."""
+    if X.device.type != "cpu" or X.dtype not in _SUFFIX or not X.is_contiguous():
+        return None
+    if sample_weight is not None and (
+        sample_weight.dtype != X.dtype or not sample_weight.is_contiguous()
+    ):
+        return None
+    lib = library()
+    return None if lib is None else LloydKernel(lib, X.dtype)

@@ -1,0 +1,181 @@
+"""rbfkm_engine/native.py and lloyd_kernel.c: the fused Lloyd kernel builds with the system's
+C compiler, labels every row as the torch pass does (lowest index on ties), keeps the same
+sums, and a fit is the same with it as without it; without a compiler, or switched off,
+the passes stay in torch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from rbfkm_engine import RBFKMeans, native, passes
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler"
+)
+
+
+def kernel_for(dtype: torch.dtype) -> native.LloydKernel:
+    lib = native.library()
+    assert lib is not None, "the kernel did not build here"
+    return native.LloydKernel(lib, dtype)
+
+
+def reference(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """Exact squared distances in float64 (n x k)."""
+    return torch.cdist(X.double(), C.double()).square()
+
+
+def run_block(
+    kernel: native.LloydKernel,
+    X: torch.Tensor,
+    C: torch.Tensor,
+    w: torch.Tensor | None,
+    labels: torch.Tensor,
+    mode: int,
+    num: torch.Tensor,
+    den: torch.Tensor,
+) -> tuple[torch.Tensor, float]:
+    """One block over all of X, the GEMM block made as the workspace makes it."""
+    k = C.shape[0]
+    width = passes.row_reduction_width(k, C.device)
+    centres = kernel.centres(C, width)
+    D = None
+    if centres.CT is None:
+        D = torch.full((X.shape[0], width), float("inf"), dtype=X.dtype)
+        torch.addmm(centres.c_sq[:k].unsqueeze(0), X, C.T, alpha=-2.0, out=D[:, :k])
+    min_dist = torch.empty(X.shape[0], dtype=X.dtype)
+    x_sq = X.square().sum(dim=1)
+    inertia = kernel.block(X, x_sq, centres, D, w, labels, min_dist, num, den, mode)
+    return min_dist, inertia
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [1, 3, 32, 33, 64])
+@pytest.mark.parametrize("k", [1, 5, 16, 37])
+def test_block_labels_distances_and_sums_match_torch(dtype: torch.dtype, d: int, k: int) -> None:
+    gen = torch.Generator().manual_seed(d * 100 + k)
+    X = torch.randn(3001, d, generator=gen, dtype=dtype)
+    C = torch.randn(k, d, generator=gen, dtype=dtype)
+    w = torch.rand(3001, generator=gen, dtype=dtype)
+    kernel = kernel_for(dtype)
+    labels = torch.zeros(3001, dtype=torch.long)
+    num = torch.zeros((k, d), dtype=torch.float64)
+    den = torch.zeros(k, dtype=torch.float64)
+    min_dist, inertia = run_block(kernel, X, C, w, labels, native.ADD, num, den)
+
+    exact = reference(X, C)
+    best = exact.min(dim=1).values
+    # The chosen centre is the nearest up to the rounding of the expansion in ``dtype``.
+    slack = (
+        64
+        * torch.finfo(dtype).eps
+        * (X.double().square().sum(1) + C.double().square().sum(1).max())
+    )
+    assert bool((exact.gather(1, labels[:, None]).squeeze(1) <= best + slack).all())
+    torch.testing.assert_close(min_dist.double(), best, atol=float(slack.max()), rtol=0)
+    assert inertia == pytest.approx(float((w.double() * min_dist.double()).sum()), rel=1e-12)
+    ref_num = torch.zeros((k, d), dtype=torch.float64).index_add_(
+        0, labels, X.double() * w.double()[:, None]
+    )
+    ref_den = torch.zeros(k, dtype=torch.float64).index_add_(0, labels, w.double())
+    torch.testing.assert_close(num, ref_num)
+    torch.testing.assert_close(den, ref_den)
+
+
+@needs_compiler
+@pytest.mark.parametrize("d", [2, 48])
+def test_ties_go_to_the_lowest_index(d: int) -> None:
+    C = torch.zeros(20, d)
+    C[3] = 1.0
+    C[11] = 1.0  # 3 and 11 coincide; 0-2, 4-10, 12-19 coincide at the origin
+    X = torch.full((5, d), 1.0)
+    X[0] = 0.0
+    labels = torch.full((5,), 19, dtype=torch.long)  # the last pass's labels do not count
+    run_block(kernel_for(torch.float32), X, C, None, labels, native.LABEL, None, None)
+    assert labels.tolist() == [0, 3, 3, 3, 3]
+    assert labels.tolist() == torch.cdist(X, C).argmin(dim=1).tolist()
+
+
+@needs_compiler
+@pytest.mark.parametrize("d", [3, 40])
+def test_moving_rows_between_kept_sums_equals_summing_afresh(d: int) -> None:
+    gen = torch.Generator().manual_seed(d)
+    X = torch.randn(2000, d, generator=gen, dtype=torch.float64)
+    C0 = torch.randn(9, d, generator=gen, dtype=torch.float64)
+    C1 = C0 + 0.3 * torch.randn(9, d, generator=gen, dtype=torch.float64)
+    kernel = kernel_for(torch.float64)
+
+    def sums() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros((9, d), dtype=torch.float64), torch.zeros(9, dtype=torch.float64)
+
+    labels = torch.zeros(2000, dtype=torch.long)
+    num, den = sums()
+    run_block(kernel, X, C0, None, labels, native.ADD, num, den)
+    before = labels.clone()
+    run_block(kernel, X, C1, None, labels, native.MOVE, num, den)
+    assert bool((labels != before).any())  # some rows moved
+    fresh_labels = torch.zeros(2000, dtype=torch.long)
+    fresh_num, fresh_den = sums()
+    run_block(kernel, X, C1, None, fresh_labels, native.ADD, fresh_num, fresh_den)
+    assert torch.equal(labels, fresh_labels)
+    torch.testing.assert_close(num, fresh_num)
+    torch.testing.assert_close(den, fresh_den)
+
+
+@needs_compiler
+@pytest.mark.parametrize("n_features", [3, 64])
+def test_a_fit_is_the_same_with_and_without_the_kernel(
+    n_features: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(6000, n_features=n_features, centers=12, random_state=1)
+    X = X.astype(np.float32)
+    with_kernel = RBFKMeans(12, random_state=0).fit(X)
+    monkeypatch.setattr(passes, "lloyd_kernel", lambda X, w: None)
+    in_torch = RBFKMeans(12, random_state=0).fit(X)
+    assert np.array_equal(with_kernel.labels_, in_torch.labels_)
+    np.testing.assert_allclose(with_kernel.cluster_centers_, in_torch.cluster_centers_, atol=1e-4)
+    assert with_kernel.inertia_ == pytest.approx(in_torch.inertia_, rel=1e-5)
+
+
+@needs_compiler
+def test_the_workspace_uses_the_kernel_on_the_cpu() -> None:
+    X = torch.randn(100, 3)
+    assert passes.Workspace(X, None, 4, 64).kernel is not None
+    assert passes.Workspace(X.double(), None, 4, 64).kernel is not None
+    # Weights of another type, or rows that are not contiguous: torch's passes.
+    assert passes.Workspace(X, torch.ones(100, dtype=torch.float64), 4, 64).kernel is None
+    assert passes.Workspace(X.T.contiguous().T, None, 4, 64).kernel is None
+
+
+@needs_compiler
+def test_builds_into_a_fresh_cache(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RBFKM_CACHE_DIR", str(tmp_path))
+    lib = native.library.__wrapped__()
+    assert lib is not None
+    built = list((tmp_path / "native").glob("lloyd-*.so"))
+    assert len(built) == 1
+    assert not [p for p in (tmp_path / "native").iterdir() if p not in built]  # no leftovers
+
+
+def test_without_a_compiler_the_passes_stay_in_torch(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RBFKM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert native.library.__wrapped__() is None
+    monkeypatch.setenv("CC", "false")  # runs, and fails every build
+    assert native.library.__wrapped__() is None
+    assert not list((tmp_path / "native").glob("*.so"))
+
+
+@pytest.mark.parametrize("value", ["0", "false", "No", "off"])
+def test_switched_off(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.SWITCH, value)
+    assert not native.enabled()
+    assert native.library.__wrapped__() is None
