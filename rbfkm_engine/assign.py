@@ -35,6 +35,7 @@ import scipy.sparse as sp
 import torch
 from entmax import entmax15
 
+from . import native
 from .nearest import nearest
 from .params import ASSIGNMENTS
 
@@ -165,7 +166,7 @@ def hard_map(
     ``scratch``: see :func:`nearest`.
     """
     D = _working_dtype(D)
-    _, min_dist, labels = nearest(D, row_offset, hint, scratch)
+    _, min_dist, labels, _ = row_minima(D, row_offset, hint, scratch)
     R = SparseResponsibilities.one_hot(labels, D.shape[1], D.dtype)
     return EStep(R, min_dist, min_dist, labels, 0)
 
@@ -188,7 +189,7 @@ def softmax_map(
     responsibilities may take ``D``'s storage. ``scratch``: see :func:`nearest`.
     """
     D = _working_dtype(D)
-    d_min, min_dist, labels = nearest(D, row_offset, hint, scratch)
+    d_min, min_dist, labels, _ = row_minima(D, row_offset, hint, scratch)
     R = D.sub_(d_min.unsqueeze(1)) if overwrite else D - d_min.unsqueeze(1)
     R.div_(-sigma).exp_()
     total = R.sum(dim=1)
@@ -197,6 +198,26 @@ def softmax_map(
     energy = min_dist - sigma * lse
     soft_index = torch.nonzero(lse > 1e-6).squeeze(1)
     return EStep(R, energy, min_dist, labels, int(soft_index.shape[0]), soft_index)
+
+
+def row_minima(
+    D: torch.Tensor,
+    row_offset: torch.Tensor | None,
+    hint: torch.Tensor | None,
+    scratch: torch.Tensor | None,
+    threshold: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Row minima, true nearest distances, labels and, with ``threshold``, each row's count
+    of columns below its minimum plus ``threshold``: in one sweep of the fused kernel on
+    the CPU (:func:`~rbfkm_engine.native.row_minima`; ties to the lowest index), else by
+    :func:`~rbfkm_engine.nearest.nearest` (``hint``, ``scratch``: see there) and a mask."""
+    fused = native.row_minima(D, row_offset, threshold)
+    if fused is not None:
+        return fused
+    d_min, min_dist, labels = nearest(D, row_offset, hint, scratch)
+    if threshold is None:
+        return d_min, min_dist, labels, None
+    return d_min, min_dist, labels, _count_per_row(D < (d_min + threshold).unsqueeze(1))
 
 
 def _pack_candidates(
@@ -210,14 +231,15 @@ def _pack_candidates(
     near_scores: torch.Tensor,
 ) -> None:
     """Pack the candidate columns and scores ``-(D - d_min) / sigma`` of ``rows`` into
-    ``near`` and ``near_scores``, both ``(len(rows), width)``.
+    ``near`` and ``near_scores``, both ``(len(rows), width)`` (``candidate``: the rows'
+    mask of candidates, ``(len(rows), k)``).
 
     Cheaper than a ``topk`` of ``width`` or a gather of the rows of ``D`` (several times,
     on the CPU): one pass finds the candidates, one scatter packs them. ``counts``: the
     candidates of each row. Rows with fewer than ``width`` candidates are padded with the
     score floor (outside the support: probability exactly 0) on column 0.
     """
-    r_idx, cols = torch.nonzero(candidate[rows], as_tuple=True)  # row-major order
+    r_idx, cols = torch.nonzero(candidate, as_tuple=True)  # row-major order
     start = torch.cumsum(counts, dim=0) - counts
     slot = torch.arange(r_idx.shape[0], device=D.device) - start[r_idx]
     near.zero_()[r_idx, slot] = cols
@@ -333,12 +355,11 @@ def entmax15_map(
     """
     D = _working_dtype(D)
     k = D.shape[1]
-    d_min, min_dist, labels = nearest(D, row_offset, hint, scratch)
+    d_min, min_dist, labels, counts = row_minima(D, row_offset, hint, scratch, 2.0 * sigma)
     if k == 1:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
         return EStep(R, min_dist, min_dist, labels, 0)
-    candidate = D < (d_min + 2.0 * sigma).unsqueeze(1)
-    counts = _count_per_row(candidate)
+    assert counts is not None
     soft_rows = torch.nonzero(counts > 1).squeeze(1)
     if soft_rows.numel() == 0:
         R = SparseResponsibilities.one_hot(labels, k, D.dtype)
@@ -347,9 +368,9 @@ def entmax15_map(
     soft_counts = counts[soft_rows]
     if int(soft_counts.max()) <= k // 4:
         # Narrow supports: the map on the candidate centres is the full-row map.
+        candidate = D[soft_rows] < (d_min[soft_rows] + 2.0 * sigma).unsqueeze(1)
         maps, p, packed = _narrow_maps(soft, candidate, soft_counts)
     else:
-        del candidate  # a (rows, k) mask the whole-row map does not need
         maps = _whole_row_maps(soft)
         p, packed = maps.p, (None, None)
     energy, first = _soft_energy(min_dist, soft_rows, maps, sigma)
@@ -376,8 +397,9 @@ class _SoftRows:
 def _narrow_maps(
     soft: _SoftRows, candidate: torch.Tensor, soft_counts: torch.Tensor
 ) -> tuple[_RowMaps, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The map on each soft row's candidate centres, packed into a narrow block; returns
-    the maps, the soft rows' ``(r, k)`` block and the packed support ``(columns, values)``."""
+    """The map on each soft row's candidate centres (``candidate``: the soft rows' mask),
+    packed into a narrow block; returns the maps, the soft rows' ``(r, k)`` block and the
+    packed support ``(columns, values)``."""
     D, r, k = soft.D, soft.rows.shape[0], soft.D.shape[1]
     width = int(soft_counts.max())
     near = torch.empty((r, width), dtype=torch.long, device=D.device)
@@ -389,7 +411,7 @@ def _narrow_maps(
         z = near_scores[part]
         rows = slice(part.start, min(part.stop, r)) if soft.every_row else soft.rows[part]
         counts = soft_counts[part]
-        _pack_candidates(D, soft.d_min, candidate, rows, counts, soft.sigma, near[part], z)
+        _pack_candidates(D, soft.d_min, candidate[part], rows, counts, soft.sigma, near[part], z)
         return z
 
     maps = _entmax15_groups(packed_scores, r, near_scores, soft.sigma)

@@ -122,6 +122,42 @@
         }                                                                                      \
         *inertia = total;                                                                      \
         return moved;                                                                          \
+    }                                                                                          \
+                                                                                               \
+    /* Row minima of a block of partial distances D (m x k, rows ldd apart, any k): d_min,    \
+     * the nearest column (lowest index), min_dist = max(d_min + x_sq, 0) and, where counts   \
+     * is not NULL, the columns below d_min + threshold. Returns the rows with more than one \
+     * such column (0 without counts). */                                                     \
+    int64_t row_minima_##SUFFIX(const T *restrict D, int64_t m, int64_t k, int64_t ldd,        \
+                                const T *restrict x_sq, T threshold, T *restrict d_min,        \
+                                int64_t *restrict labels, T *restrict min_dist,                \
+                                int32_t *restrict counts) {                                    \
+        const int64_t body = k - k % LANES;                                                    \
+        int64_t several = 0;                                                                   \
+        for (int64_t i = 0; i < m; i++) {                                                      \
+            const T *row = D + i * ldd;                                                        \
+            T p;                                                                               \
+            int64_t lab = 0;                                                                   \
+            if (body) lab = nearest_row_##SUFFIX(row, body, &p);                               \
+            else p = INFINITY;                                                                 \
+            for (int64_t j = body; j < k; j++)                                                 \
+                if (row[j] < p || (body == 0 && j == 0)) {                                     \
+                    p = row[j];                                                                \
+                    lab = j;                                                                   \
+                }                                                                              \
+            d_min[i] = p;                                                                      \
+            labels[i] = lab;                                                                   \
+            T dist = p + x_sq[i];                                                              \
+            min_dist[i] = dist < (T)0 ? (T)0 : dist;                                           \
+            if (counts) {                                                                      \
+                const T bound = p + threshold;                                                 \
+                int32_t c = 0;                                                                 \
+                for (int64_t j = 0; j < k; j++) c += row[j] < bound;                           \
+                counts[i] = c;                                                                 \
+                several += c > 1;                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        return several;                                                                        \
     }
 
 LLOYD_KERNELS(float, vfloat, int32_t, 8, f32)

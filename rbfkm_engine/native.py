@@ -51,6 +51,7 @@ BUILD_TIMEOUT_S = 120
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _ARGTYPES = [_P, _I, _I, _P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, ctypes.c_int, _P]
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_SCALAR = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
 
 #: Kernel modes: add every row to its cluster's sums, move the rows whose label changed
 #: between the sums, or label only.
@@ -141,9 +142,12 @@ def library() -> ctypes.CDLL | None:
             lib.lloyd_lanes.restype = ctypes.c_int64
             if lib.lloyd_lanes() != LANES:
                 continue
-            for suffix in _SUFFIX.values():
+            for dtype, suffix in _SUFFIX.items():
                 fn = getattr(lib, f"lloyd_block_{suffix}")
                 fn.restype, fn.argtypes = ctypes.c_int64, _ARGTYPES
+                fn = getattr(lib, f"row_minima_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [_P, _I, _I, _I, _P, _SCALAR[dtype], _P, _P, _P, _P]
             return lib
     return None
 
@@ -234,3 +238,43 @@ def lloyd_kernel(X: torch.Tensor, sample_weight: torch.Tensor | None) -> LloydKe
         return None
     lib = library()
     return None if lib is None else LloydKernel(lib, X.dtype)
+
+
+def row_minima(
+    D: torch.Tensor, row_offset: torch.Tensor | None, threshold: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """Each row's minimum of a block of partial distances ``D``, its true squared distance
+    (``row_offset`` added, clamped at 0), its column (the lowest on ties) and, with
+    ``threshold``, its count of columns below ``minimum + threshold`` (int32): one sweep
+    of the kernel for what takes torch a row minimum, an argmin and a mask. ``None`` where
+    the kernel is not there or ``D`` is not a CPU float32/float64 block with contiguous
+    rows."""
+    if (
+        D.device.type != "cpu"
+        or D.dtype not in _SUFFIX
+        or D.dim() != 2
+        or (D.shape[1] > 1 and D.stride(1) != 1)
+    ):
+        return None
+    lib = library()
+    if lib is None:
+        return None
+    m, k = D.shape
+    offset = torch.zeros(m, dtype=D.dtype) if row_offset is None else row_offset.to(D.dtype)
+    offset = offset.contiguous()
+    d_min, min_dist = torch.empty(m, dtype=D.dtype), torch.empty(m, dtype=D.dtype)
+    labels = torch.empty(m, dtype=torch.long)
+    counts = None if threshold is None else torch.empty(m, dtype=torch.int32)
+    getattr(lib, f"row_minima_{_SUFFIX[D.dtype]}")(
+        D.data_ptr(),
+        m,
+        k,
+        D.stride(0),
+        offset.data_ptr(),
+        0.0 if threshold is None else threshold,
+        d_min.data_ptr(),
+        labels.data_ptr(),
+        min_dist.data_ptr(),
+        None if counts is None else counts.data_ptr(),
+    )
+    return d_min, min_dist, labels, counts

@@ -179,3 +179,26 @@ def test_switched_off(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(native.SWITCH, value)
     assert not native.enabled()
     assert native.library.__wrapped__() is None
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [1, 7, 8, 16, 29])
+def test_row_minima_match_torch(dtype: torch.dtype, k: int) -> None:
+    gen = torch.Generator().manual_seed(k)
+    D = torch.randn(500, k, generator=gen, dtype=dtype)
+    D[:50] = D[:50].round()  # ties
+    offset = torch.rand(500, generator=gen, dtype=dtype) * 3
+    fused = native.row_minima(D, offset, 0.5)
+    assert fused is not None
+    d_min, min_dist, labels, counts = fused
+    torch.testing.assert_close(d_min, D.amin(dim=1))
+    assert torch.equal(labels, D.argmin(dim=1))  # the lowest index on ties
+    torch.testing.assert_close(min_dist, (D.amin(dim=1) + offset).clamp_min(0))
+    assert counts is not None
+    assert torch.equal(counts, (D < (D.amin(dim=1) + 0.5)[:, None]).sum(dim=1).int())
+    # Rows apart by a stride (a block of a wider buffer) and no threshold.
+    wide = torch.full((500, k + 5), float("nan"), dtype=dtype)
+    wide[:, :k] = D
+    d_min2, _, labels2, counts2 = native.row_minima(wide[:, :k], offset)
+    assert torch.equal(labels2, labels) and torch.equal(d_min2, d_min) and counts2 is None
