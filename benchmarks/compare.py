@@ -29,8 +29,11 @@ Data sets (``--sets``, or keys in ``--only``, which override it):
   ``make_hard_dataset``, defined in ``SYNTHETIC_SETS`` below);
 - ``real``: digits and the real sets of ``realdata.py`` (pixels and patches of the
   photographs that scikit-learn and scikit-image ship; nothing is downloaded): colours,
-  colours256, patches, patches1024, colours4096, unitpatches. A set whose package (pillow,
-  scikit-image: the ``bench`` extra) is absent is skipped with one line;
+  colours256, patches, patches1024, colours4096, unitpatches, and the small standardised
+  tables iris5, iris12, wine5, wine12, cancer5, cancer12, diabetes5, diabetes12. A set
+  whose package (pillow, scikit-image: the ``bench`` extra) is absent is skipped with one
+  line;
+- ``tabular``: the small tables alone;
 - ``all``: both.
 
 Only the synthetic sets gate targets (a), (c) and (d); the real ones are reported beside
@@ -87,6 +90,9 @@ SETS = {
     "default": DEFAULT_KEYS,
     "synthetic": tuple(SYNTHETIC_SETS),
     "real": realdata.KEYS,
+    "tabular": tuple(
+        k for k in realdata.KEYS if realdata.REAL_SETS[k].loader is realdata.tabular_dataset
+    ),
     "all": DATASET_KEYS,
 }
 #: Relative slack when asking whether one mean inertia is "no worse" than another

@@ -12,7 +12,10 @@ Three shapes of data, as k-means meets them in practice:
 - mid-d: 8 x 8 grey patches of photographs with each patch's mean removed (the data of
   patch dictionaries and vector quantisation; k = 64 and 1 024);
 - high-d: 16 x 16 grey patches, mean removed and scaled to unit length (256-d points on a
-  sphere, as L2-normalised embeddings are; they are real pixels, not learned embeddings).
+  sphere, as L2-normalised embeddings are; they are real pixels, not learned embeddings);
+- small tables: the standardised columns of scikit-learn's tabular data sets (iris, wine,
+  breast cancer, diabetes; 150 to 569 rows, 4 to 30 columns) at k = 5 and 12, the sizes of
+  a first try of the service, where one fit competes with ten cheap restarts.
 
 ``REAL_SETS`` names each set once (scikit-learn's digits too): its loader, its arguments
 at full size and with ``--quick``, and the modules it needs; :func:`load` raises
@@ -190,6 +193,28 @@ def unit_patches_dataset(k: int = 128, max_rows: int | None = None, **extra: Any
     return _dataset("unitpatches", X, k, what, **extra)
 
 
+#: The tabular sets of :func:`tabular_dataset`: key -> scikit-learn's loader name.
+TABLES = {
+    "iris": "load_iris",
+    "wine": "load_wine",
+    "cancer": "load_breast_cancer",
+    "diabetes": "load_diabetes",
+}
+
+
+def tabular_dataset(table: str, k: int, **extra: Any) -> Dataset:
+    """The numeric columns of one of scikit-learn's bundled tables, each standardised
+    (mean 0, variance 1, as such columns are before k-means); the classes are not given:
+    the tables' classes are not clusters of these columns."""
+    import numpy as np
+    import sklearn.datasets
+
+    raw = getattr(sklearn.datasets, TABLES[table])().data.astype(np.float64)
+    X = (raw - raw.mean(axis=0)) / raw.std(axis=0)
+    what = f"sklearn {TABLES[table][5:]} table, {raw.shape[1]} standardised columns"
+    return _dataset(table, X, k, what, **extra)
+
+
 # --------------------------------------------------------------------------- registry
 
 
@@ -261,6 +286,19 @@ REAL_SETS: dict[str, RealSet] = {
         summary="16x16 grey photo patches, unit length, 16814 x 256, k 128",
     ),
 }
+REAL_SETS.update(
+    {
+        f"{table}{k}": RealSet(
+            tabular_dataset,
+            full={"table": table, "k": k},
+            quick={"table": table, "k": k},
+            requires=("sklearn",),
+            summary=f"standardised sklearn {table} table, k {k}",
+        )
+        for table in TABLES
+        for k in (5, 12)
+    }
+)
 KEYS = tuple(REAL_SETS)
 #: pip names of the modules above, for the skip message.
 PIP_NAMES = {"PIL": "pillow", "skimage": "scikit-image", "sklearn": "scikit-learn"}

@@ -24,6 +24,16 @@ SHAPES = {
     "patches1024": ((10_000, 64, 1024), (3000, 64, 64)),
     "colours4096": ((200_000, 3, 4096), (4000, 3, 64)),
     "unitpatches": ((16_814, 256, 128), (2000, 256, 16)),
+    **{
+        f"{table}{k}": (((n, d, k),) * 2)
+        for table, n, d in [
+            ("iris", 150, 4),
+            ("wine", 178, 13),
+            ("cancer", 569, 30),
+            ("diabetes", 442, 10),
+        ]
+        for k in (5, 12)
+    },
 }
 
 
@@ -83,6 +93,9 @@ def test_loader_returns_documented_shape(key: str, quick: bool) -> None:
     if key.startswith("patches"):
         np.testing.assert_allclose(ds.X.mean(axis=1), 0, atol=1e-6)
         assert ds.X.std() > 0.01
+    if key[-1].isdigit() and key.rstrip("0123456789") in realdata.TABLES:  # standardised
+        np.testing.assert_allclose(ds.X.mean(axis=0), 0, atol=1e-5)
+        np.testing.assert_allclose(ds.X.std(axis=0), 1, rtol=1e-4)
     if key == "unitpatches":
         np.testing.assert_allclose(np.linalg.norm(ds.X, axis=1), 1, rtol=1e-5)
     if not quick and key == "colours":  # all of china.jpg, in pixel order
