@@ -322,11 +322,13 @@ def _entmax15_groups(
     for start, stop in itertools.pairwise(bounds):
         part = slice(start, stop)
         z = scores(part)
+        support = out.support[part]
+        if native.entmax15_rows(z, sigma, p[part], out.spent[part], out.tsallis[part], support):
+            continue
         q = entmax15(z, dim=-1, k=sort_width)
         # Clamped scores are outside the support (q = 0): sum_j q_j gap_j = -sigma q . z
         out.spent[part] = (q * z).sum(dim=1).mul_(-sigma)
         out.tsallis[part] = (4.0 / 3.0) * (1.0 - q.pow(1.5).sum(dim=1))
-        support = out.support[part]
         torch.sum(q > 0, dim=1, dtype=torch.int32, out=support)
         p[part] = q
         if partial:

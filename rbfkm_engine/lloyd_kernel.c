@@ -14,6 +14,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LLOYD_KERNELS(T, V, I, LANES, SUFFIX)                                                  \
@@ -159,6 +160,84 @@
         }                                                                                      \
         return several;                                                                        \
     }
+
+/* entmax15 of rows of scores (Peters, Niculae and Martins, 2019), with the sums an
+ * annealing pass needs: q = [z/2 - max/2 - tau]_+^2 with tau the exact sort-based threshold
+ * (the `entmax` package's algorithm), -sigma sum_j q_j z_j (the distance the row spends
+ * above its nearest), (4/3)(1 - sum_j q_j^1.5) (Tsallis entropy) and the support's size.
+ * Only scores with x = (z - max)/2 > -1 can be in the support (tau >= -1), so only those
+ * are sorted, into `work` (width values). */
+#define INSERTION_SORT_MAX 48
+
+#define ENTMAX15_ROWS(T, SUFFIX)                                                               \
+    static int descending_##SUFFIX(const void *a, const void *b) {                             \
+        const T x = *(const T *)a, y = *(const T *)b;                                          \
+        return (x < y) - (x > y);                                                              \
+    }                                                                                          \
+                                                                                               \
+    static void sort_descending_##SUFFIX(T *v, int64_t n) {                                    \
+        for (int64_t i = 1; i < n; i++) {                                                      \
+            const T x = v[i];                                                                  \
+            int64_t j = i - 1;                                                                 \
+            while (j >= 0 && v[j] < x) {                                                       \
+                v[j + 1] = v[j];                                                               \
+                j--;                                                                           \
+            }                                                                                  \
+            v[j + 1] = x;                                                                      \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    void entmax15_rows_##SUFFIX(const T *z, int64_t r, int64_t width, int64_t ldz, T sigma,    \
+                                T *q, int64_t ldq, T *restrict spent,                          \
+                                T *restrict tsallis, int32_t *restrict support,                \
+                                T *restrict work) {                                            \
+        for (int64_t i = 0; i < r; i++) {                                                      \
+            const T *zi = z + i * ldz;                                                         \
+            T *qi = q + i * ldq;                                                               \
+            T top = zi[0];                                                                     \
+            for (int64_t j = 1; j < width; j++) top = zi[j] > top ? zi[j] : top;               \
+            int64_t n = 0;                                                                     \
+            for (int64_t j = 0; j < width; j++) {                                              \
+                const T x = (zi[j] - top) / 2;                                                 \
+                if (x > (T)-1) work[n++] = x;                                                  \
+            }                                                                                  \
+            if (n <= INSERTION_SORT_MAX)                                                       \
+                sort_descending_##SUFFIX(work, n);                                             \
+            else                                                                               \
+                qsort(work, (size_t)n, sizeof(T), descending_##SUFFIX);                        \
+            double sum = 0.0, sum_sq = 0.0;                                                    \
+            T tau_star = work[0] - (T)1;                                                       \
+            for (int64_t k = 0; k < n; k++) {                                                  \
+                const double rho = (double)(k + 1);                                            \
+                sum += work[k];                                                                \
+                sum_sq += (double)work[k] * work[k];                                           \
+                const double mean = sum / rho, mean_sq = sum_sq / rho;                         \
+                const double delta = (1.0 - rho * (mean_sq - mean * mean)) / rho;              \
+                const T tau = (T)(mean - sqrt(delta > 0.0 ? delta : 0.0));                     \
+                if (tau > work[k]) break;                                                      \
+                tau_star = tau;                                                                \
+            }                                                                                  \
+            double spent_i = 0.0, power = 0.0;                                                 \
+            int32_t nonzero = 0;                                                               \
+            for (int64_t j = 0; j < width; j++) {                                              \
+                const T zj = zi[j]; /* q may be z itself: read before writing */               \
+                T v = (zj - top) / 2 - tau_star;                                               \
+                v = v > (T)0 ? v * v : (T)0;                                                   \
+                qi[j] = v;                                                                     \
+                if (v > (T)0) {                                                                \
+                    nonzero++;                                                                 \
+                    spent_i += (double)v * zj;                                                 \
+                    power += (double)v * sqrt((double)v);                                      \
+                }                                                                              \
+            }                                                                                  \
+            spent[i] = (T)(-(double)sigma * spent_i);                                          \
+            tsallis[i] = (T)((4.0 / 3.0) * (1.0 - power));                                     \
+            support[i] = nonzero;                                                              \
+        }                                                                                      \
+    }
+
+ENTMAX15_ROWS(float, f32)
+ENTMAX15_ROWS(double, f64)
 
 LLOYD_KERNELS(float, vfloat, int32_t, 8, f32)
 LLOYD_KERNELS(double, vdouble, int64_t, 4, f64)

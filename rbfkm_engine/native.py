@@ -148,6 +148,9 @@ def library() -> ctypes.CDLL | None:
                 fn = getattr(lib, f"row_minima_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _I, _I, _I, _P, _SCALAR[dtype], _P, _P, _P, _P]
+                fn = getattr(lib, f"entmax15_rows_{suffix}")
+                fn.restype = None
+                fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
             return lib
     return None
 
@@ -278,3 +281,45 @@ def row_minima(
         None if counts is None else counts.data_ptr(),
     )
     return d_min, min_dist, labels, counts
+
+
+def entmax15_rows(
+    z: torch.Tensor,
+    sigma: float,
+    q: torch.Tensor,
+    spent: torch.Tensor,
+    tsallis: torch.Tensor,
+    support: torch.Tensor,
+) -> bool:
+    """entmax15 of the rows of scores ``z`` into ``q`` (which may be ``z`` itself), with
+    each row's ``-sigma sum_j q_j z_j``, Tsallis entropy ``(4/3)(1 - sum_j q_j^1.5)`` and
+    support size (int32): the `entmax` package's exact threshold, one row at a time in C,
+    sorting only the scores that can be in the support. Returns ``False`` (nothing
+    written) where the kernel is not there or the tensors are not CPU float32/float64
+    blocks with contiguous rows; the caller then uses the package."""
+    blocks = (z, q)
+    if any(t.device.type != "cpu" or t.dtype not in _SUFFIX or t.dim() != 2 for t in blocks):
+        return False
+    if z.dtype != q.dtype or any(t.shape[1] > 1 and t.stride(1) != 1 for t in blocks):
+        return False
+    if not all(t.is_contiguous() for t in (spent, tsallis, support)):
+        return False
+    lib = library()
+    if lib is None:
+        return False
+    r, width = z.shape
+    work = torch.empty(width, dtype=z.dtype)
+    getattr(lib, f"entmax15_rows_{_SUFFIX[z.dtype]}")(
+        z.data_ptr(),
+        r,
+        width,
+        z.stride(0),
+        sigma,
+        q.data_ptr(),
+        q.stride(0),
+        spent.data_ptr(),
+        tsallis.data_ptr(),
+        support.data_ptr(),
+        work.data_ptr(),
+    )
+    return True

@@ -202,3 +202,33 @@ def test_row_minima_match_torch(dtype: torch.dtype, k: int) -> None:
     wide[:, :k] = D
     d_min2, _, labels2, counts2 = native.row_minima(wide[:, :k], offset)
     assert torch.equal(labels2, labels) and torch.equal(d_min2, d_min) and counts2 is None
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width", [1, 2, 7, 40, 100])
+def test_entmax15_rows_match_the_entmax_package(dtype: torch.dtype, width: int) -> None:
+    from entmax import entmax15
+
+    gen = torch.Generator().manual_seed(width)
+    z = (torch.randn(400, width, generator=gen, dtype=dtype) * 3).clamp_min(-4.0)
+    z[:40] = z[:40].round()  # ties
+    z[40:80] = -4.0  # every score at the floor: a uniform row
+    if width > 1:
+        z[80:120, 1:] = -4.0  # one score above the floor: one-hot
+    q = torch.empty_like(z)
+    spent, tsallis = torch.empty(400, dtype=dtype), torch.empty(400, dtype=dtype)
+    support = torch.empty(400, dtype=torch.int32)
+    assert native.entmax15_rows(z, 0.25, q, spent, tsallis, support)
+    ref = entmax15(z, dim=-1)
+    tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {}
+    torch.testing.assert_close(q, ref, **tol)
+    torch.testing.assert_close(spent, (ref * z).sum(1) * -0.25, **tol)
+    torch.testing.assert_close(tsallis, (4 / 3) * (1 - ref.pow(1.5).sum(1)), **tol)
+    # Rows of tied scores may hold a score exactly at the threshold, which either side's
+    # rounding puts just inside (q ~ 1e-16) or outside the support.
+    assert torch.equal(support[40:], (ref[40:] > 0).sum(1).int())
+    # In place: q may be the scores themselves.
+    z2 = z.clone()
+    assert native.entmax15_rows(z2, 0.25, z2, spent, tsallis, support)
+    torch.testing.assert_close(z2, ref, **tol)
