@@ -68,6 +68,41 @@
         return reduce_##SUFFIX(best, at, out);                                                 \
     }                                                                                          \
                                                                                                \
+    /* The nearest and second-nearest of x among the centres CT, as nearest_direct: the     \
+     * nearest's index, *out its partial distance, *second the next smallest (a tie of the    \
+     * nearest counts: two centres at the same distance are both "nearest"). */             \
+    static inline int64_t nearest_two_direct_##SUFFIX(const T *restrict x, int64_t d,          \
+                                                      const T *restrict CT,                    \
+                                                      const T *restrict c_sq, int64_t kp,      \
+                                                      T *out, T *second) {                     \
+        V best, next, acc, ct;                                                                 \
+        V##_index at, idx;                                                                     \
+        start_##SUFFIX(&best, &at, &idx);                                                      \
+        next = best;                                                                           \
+        for (int64_t j = 0; j < kp; j += LANES) {                                              \
+            memcpy(&acc, c_sq + j, sizeof acc);                                                \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                memcpy(&ct, CT + t * kp + j, sizeof ct);                                       \
+                acc += ((T)-2 * x[t]) * ct;                                                    \
+            }                                                                                  \
+            /* next = min(next, max(acc, best)): the lane's second smallest so far */          \
+            V##_index above = acc < best;                                                      \
+            V bigger = (V)(((V##_index)best & above) | ((V##_index)acc & ~above));             \
+            V##_index lower = bigger < next;                                                   \
+            next = (V)(((V##_index)bigger & lower) | ((V##_index)next & ~lower));               \
+            keep_min_##SUFFIX(acc, idx, &best, &at);                                           \
+            idx += (I)LANES;                                                                   \
+        }                                                                                      \
+        const int64_t a = reduce_##SUFFIX(best, at, out);                                      \
+        T s = INFINITY;                                                                        \
+        for (int l = 0; l < LANES; l++) {                                                      \
+            s = next[l] < s ? next[l] : s;                                                     \
+            if (at[l] != (I)a) s = best[l] < s ? best[l] : s;                                  \
+        }                                                                                      \
+        *second = s;                                                                           \
+        return a;                                                                              \
+    }                                                                                          \
+                                                                                               \
     /* Nearest in one row of partial distances (kp columns, padding +inf). */                  \
     static inline int64_t nearest_row_##SUFFIX(const T *restrict row, int64_t kp, T *out) {    \
         V best, p;                                                                             \
@@ -123,6 +158,71 @@
         }                                                                                      \
         *inertia = total;                                                                      \
         return moved;                                                                          \
+    }                                                                                          \
+                                                                                               \
+    /* A Lloyd pass over a block with Hamerly's bounds (direct distances only). upper: a     \
+     * bound on the distance (not squared) to the row's centre plus the margin; lower: on    \
+     * the distance to any other. start != 0: every row labelled and its bounds set, every   \
+     * row added to the sums. start == 0: the bounds moved by the centres' drift (own: how   \
+     * far each centre moved; others: the farthest any other did; half_gap: half the        \
+     * distance to the nearest other centre, less the margin), and only the rows whose      \
+     * bounds fail are labelled again (their min_dist set) and, if their label changed,      \
+     * moved between the sums. Returns the rows labelled again. */                          \
+    int64_t lloyd_bounded_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                  \
+                                   const T *restrict x_sq, const T *restrict CT,               \
+                                   const T *restrict c_sq, int64_t kp, const T *restrict w,    \
+                                   int64_t *restrict labels, T *restrict min_dist,             \
+                                   T *restrict upper, T *restrict lower,                       \
+                                   const T *restrict own, const T *restrict others,            \
+                                   const T *restrict half_gap, T margin,                       \
+                                   double *restrict num, double *restrict den, int start) {    \
+        int64_t relabelled = 0;                                                                \
+        for (int64_t i = 0; i < m; i++) {                                                      \
+            const T *xi = X + i * d;                                                           \
+            const int64_t old = labels[i];                                                     \
+            if (!start) {                                                                      \
+                T u = upper[i] + own[old];                                                     \
+                const T l = lower[i] - others[old];                                            \
+                const T limit = l > half_gap[old] ? l : half_gap[old];                         \
+                lower[i] = l;                                                                  \
+                if (u > limit) { /* tighten: the exact distance to its own centre */           \
+                    T s = 0;                                                                   \
+                    for (int64_t t = 0; t < d; t++) {                                          \
+                        const T diff = xi[t] - CT[t * kp + old];                               \
+                        s += diff * diff;                                                      \
+                    }                                                                          \
+                    u = (T)sqrt((double)s) + margin;                                           \
+                }                                                                              \
+                upper[i] = u;                                                                  \
+                if (u <= limit) continue;                                                      \
+            }                                                                                  \
+            relabelled++;                                                                      \
+            T p, p2;                                                                           \
+            const int64_t lab = nearest_two_direct_##SUFFIX(xi, d, CT, c_sq, kp, &p, &p2);     \
+            T dist = p + x_sq[i], dist2 = p2 + x_sq[i];                                        \
+            dist = dist < (T)0 ? (T)0 : dist;                                                  \
+            dist2 = dist2 < (T)0 ? (T)0 : dist2;                                               \
+            min_dist[i] = dist;                                                                \
+            upper[i] = (T)sqrt((double)dist) + 2 * margin;                                     \
+            lower[i] = (T)sqrt((double)dist2) - margin;                                        \
+            labels[i] = lab;                                                                   \
+            const double wi = w ? (double)w[i] : 1.0;                                          \
+            if (start) {                                                                       \
+                double *to = num + lab * d;                                                    \
+                for (int64_t t = 0; t < d; t++) to[t] += wi * (double)xi[t];                   \
+                den[lab] += wi;                                                                \
+            } else if (lab != old) {                                                           \
+                double *to = num + lab * d, *from = num + old * d;                             \
+                for (int64_t t = 0; t < d; t++) {                                              \
+                    const double v = wi * (double)xi[t];                                       \
+                    to[t] += v;                                                                \
+                    from[t] -= v;                                                              \
+                }                                                                              \
+                den[lab] += wi;                                                                \
+                den[old] -= wi;                                                                \
+            }                                                                                  \
+        }                                                                                      \
+        return relabelled;                                                                     \
     }                                                                                          \
                                                                                                \
     /* Row minima of a block of partial distances D (m x k, rows ldd apart, any k): d_min,    \

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from .bounds import Drift
 from .distances import squared_norms
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,10 @@ def library() -> ctypes.CDLL | None:
                 fn = getattr(lib, f"row_minima_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _I, _I, _I, _P, _SCALAR[dtype], _P, _P, _P, _P]
+                fn = getattr(lib, f"lloyd_bounded_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 8, _SCALAR[dtype], _P, _P]
+                fn.argtypes.append(ctypes.c_int)
                 fn = getattr(lib, f"entmax15_rows_{suffix}")
                 fn.restype = None
                 fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
@@ -171,6 +176,7 @@ class LloydKernel:
 
     def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype) -> None:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
+        self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self.dtype = dtype
 
     @staticmethod
@@ -228,6 +234,49 @@ class LloydKernel:
             ctypes.byref(inertia),
         )
         return inertia.value
+
+    def bounded_block(
+        self,
+        X: torch.Tensor,
+        x_sq: torch.Tensor,
+        centres: Centres,
+        w: torch.Tensor | None,
+        labels: torch.Tensor,
+        min_dist: torch.Tensor,
+        bounds: tuple[torch.Tensor, torch.Tensor],
+        drift: Drift | None,
+        margin: float,
+        num: torch.Tensor,
+        den: torch.Tensor,
+    ) -> int:
+        """One block of a pass with Hamerly's bounds (direct distances only; see
+        :mod:`~rbfkm_engine.bounds`): with ``drift`` ``None`` every row is labelled, its
+        bounds ``(upper, lower)`` set and its weight added to the float64 sums; with a
+        ``drift`` only the rows whose moved bounds fail are labelled again (their
+        ``min_dist`` written) and moved between the sums. Returns the rows labelled."""
+        assert centres.CT is not None
+        m, d = X.shape
+        return self._bounded(
+            X.data_ptr(),
+            m,
+            d,
+            x_sq.data_ptr(),
+            centres.CT.data_ptr(),
+            centres.c_sq.data_ptr(),
+            centres.width,
+            None if w is None else w.data_ptr(),
+            labels.data_ptr(),
+            min_dist.data_ptr(),
+            bounds[0].data_ptr(),
+            bounds[1].data_ptr(),
+            None if drift is None else drift.own.data_ptr(),
+            None if drift is None else drift.others.data_ptr(),
+            None if drift is None else drift.half_gap.data_ptr(),
+            margin,
+            num.data_ptr(),
+            den.data_ptr(),
+            1 if drift is None else 0,
+        )
 
 
 def lloyd_kernel(X: torch.Tensor, sample_weight: torch.Tensor | None) -> LloydKernel | None:

@@ -26,9 +26,10 @@ import torch
 from . import fused
 from .assign import EStep, responsibilities
 from .blocks import iter_chunks
+from .bounds import Bounds
 from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
-from .native import ADD, LABEL, MOVE, LloydKernel, lloyd_kernel
+from .native import ADD, LABEL, MOVE, Centres, LloydKernel, lloyd_kernel
 from .nearest import nearest
 from .parallel import BlockPool
 from .progress import Interrupt, IterationStats, interrupter
@@ -80,7 +81,7 @@ class Workspace:
         self.pool = BlockPool(1) if pool is None else pool
         self.chunk_size = self.pool.block_rows(X.shape[0], chunk_size)
         self.x_sq = squared_norms(X) if x_sq is None else x_sq
-        self.min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
+        self._min_dist = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
         self.labels = torch.empty(X.shape[0], dtype=torch.long, device=X.device)
         local_weight = float(X.shape[0] if sample_weight is None else sample_weight.sum())
         (self.total_weight,) = reducer.sum_floats(local_weight)
@@ -100,10 +101,30 @@ class Workspace:
         # Lloyd's sums (R^T W X, R^T w) of ``labels``, in float64, kept between hard passes;
         # None whenever ``labels`` were written by anything but a hard pass.
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Hamerly's bounds of the kernel's Lloyd passes on few features (made by the
+        # first), which hold while ``_hard_sums`` does; and ``sum_i w_i ||x_i||^2`` in
+        # float64, from which a pass that skipped rows has its inertia.
+        self._bounds: Bounds | None = None
+        self._sum_sq: torch.Tensor | None = None
         # Per thread: the distance block and the argmin keys' block, reused by every pass
         # (see ``_reused_block``), and the layout whose padding the distance block holds
         # (see ``padded_distances``).
         self._local = threading.local()
+
+    @property
+    def min_dist(self) -> torch.Tensor:
+        """Each row's squared distance to its nearest centre at the last pass (a pass that
+        kept rows by their bounds leaves theirs to be computed here, when first read)."""
+        if self._bounds is not None and self._bounds.stale:
+            self._bounds.fill_distances(self.X, self.labels, self._min_dist, self.chunks)
+        return self._min_dist
+
+    def _forget_lloyd_state(self) -> None:
+        """The labels are about to be written by something other than a Lloyd pass: the
+        kept sums and bounds no longer describe them."""
+        self._hard_sums = None
+        if self._bounds is not None:
+            self._bounds.forget()
 
     @property
     def fast_products(self) -> bool:
@@ -223,7 +244,7 @@ class Workspace:
         """
         if (assignment == "hard" or sigma <= 0.0) and not need_spread:
             return self._hard_step(C, warm)
-        self._hard_sums = None
+        self._forget_lloyd_state()
         c_sq = squared_norms(C).unsqueeze(0)
 
         def block(rows: slice) -> _SoftSums:
@@ -237,7 +258,7 @@ class Workspace:
                 overwrite=not need_spread,
                 scratch=self._reused_block("argmin keys", D.shape[0], D.shape[1], D.dtype),
             )
-            self.min_dist[rows] = e.min_dist
+            self._min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
             part = _SoftSums(C)
             part.add(self, rows, D, e, twins_from, need_spread)
@@ -264,12 +285,16 @@ class Workspace:
             dtype = C.dtype if self.kernel is None else torch.float64  # the kernel's sums
             num = torch.zeros(C.shape, dtype=dtype, device=C.device)
             den = torch.zeros(C.shape[0], dtype=dtype, device=C.device)
-        if self.whole_passes:
-            inertia = self._whole_hard_pass(C, num, den, incremental)
-        elif self.kernel is not None:
-            inertia = self._fused_pass(C, MOVE if incremental else ADD, num, den)
-        else:
-            inertia = self._blocked_hard_pass(C, warm, num, den, incremental)
+        try:
+            if self.whole_passes:
+                inertia = self._whole_hard_pass(C, num, den, incremental)
+            elif self.kernel is not None:
+                inertia = self._fused_pass(C, MOVE if incremental else ADD, num, den)
+            else:
+                inertia = self._blocked_hard_pass(C, warm, num, den, incremental)
+        except BaseException:  # a stop request mid-pass: the kept sums are half-corrected
+            self._forget_lloyd_state()
+            raise
         if not incremental:
             num, den = num.double(), den.double()
         self._hard_sums = (num, den)
@@ -300,7 +325,7 @@ class Workspace:
             D = self.padded_distances(rows, C, c_sq)
             old = self.labels[rows] if warm else None
             min_dist, labels = self._nearest(rows, D, old)
-            self.min_dist[rows] = min_dist
+            self._min_dist[rows] = min_dist
             wc = self.weights(rows)
             part_num, part_den = torch.zeros_like(num), torch.zeros_like(den)
             if incremental:
@@ -327,6 +352,11 @@ class Workspace:
         assert kernel is not None
         width = row_reduction_width(C.shape[0], C.device)
         centres = kernel.centres(C, width)
+        bounds = self._lloyd_bounds(C, centres.CT is not None)
+        if bounds is not None:
+            if num is not None and den is not None and (mode == ADD or bounds.usable(C)):
+                return self._bounded_pass(C, centres, bounds, num, den, warm=mode == MOVE)
+            bounds.forget()  # this pass labels the rows without them
         c_sq = centres.c_sq[: C.shape[0]].unsqueeze(0)
 
         def block(rows: slice) -> tuple[float, torch.Tensor | None, torch.Tensor | None]:
@@ -340,7 +370,7 @@ class Workspace:
                 D,
                 self.weights(rows),
                 self.labels[rows],
-                self.min_dist[rows],
+                self._min_dist[rows],
                 part_num,
                 part_den,
                 mode,
@@ -356,6 +386,81 @@ class Workspace:
                 den += part_den
         return torch.tensor(total, dtype=torch.float64, device=C.device)
 
+    def _lloyd_bounds(self, C: torch.Tensor, direct: bool) -> Bounds | None:
+        """The workspace's bounds for Lloyd passes at ``C``: for the kernel's direct
+        distances, at least two centres."""
+        if not direct or C.shape[0] < 2:
+            return None
+        if self._bounds is None:
+            self._bounds = Bounds(self.x_sq)
+        return self._bounds
+
+    def _bounded_pass(
+        self,
+        C: torch.Tensor,
+        centres: Centres,
+        bounds: Bounds,
+        num: torch.Tensor,
+        den: torch.Tensor,
+        warm: bool,
+    ) -> torch.Tensor:
+        """A Lloyd pass with Hamerly's bounds (see :mod:`.bounds`). Cold: every row
+        labelled, its bounds set, added to the sums; the inertia from its distances.
+        ``warm`` (``C``: the last pass's centres moved): only the rows whose bounds fail
+        are labelled again and moved between the kept sums; the inertia from the sums, as
+        the kept rows' distances are not computed (:attr:`min_dist` fills them in)."""
+        kernel = self.kernel
+        assert kernel is not None
+        drift = bounds.drift(C) if warm else None
+        if drift is None:
+            bounds.start(C)
+
+        def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+            part_num, part_den = torch.zeros_like(num), torch.zeros_like(den)
+            wc = self.weights(rows)
+            kernel.bounded_block(
+                self.X[rows],
+                self.x_sq[rows],
+                centres,
+                wc,
+                self.labels[rows],
+                self._min_dist[rows],
+                (bounds.upper[rows], bounds.lower[rows]),
+                drift,
+                bounds.margin,
+                part_num,
+                part_den,
+            )
+            inertia = weighted_sum(self._min_dist[rows], wc) if drift is None else None
+            return part_num, part_den, inertia
+
+        total = torch.zeros((), dtype=torch.float64, device=C.device)
+        for part_num, part_den, inertia in self.map_blocks(block):
+            num += part_num
+            den += part_den
+            if inertia is not None:
+                total += inertia
+        if drift is None:
+            return total
+        bounds.stale = True
+        return self._inertia_of_sums(C, num, den)
+
+    def _inertia_of_sums(
+        self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor
+    ) -> torch.Tensor:
+        """``sum_i w_i ||x_i - c_(label i)||^2`` from the float64 sums of the labels:
+        ``sum w ||x||^2 - 2 sum_j c_j . num_j + sum_j den_j ||c_j||^2`` (the data are
+        centred, so the cancellation costs a few of float64's digits)."""
+        if self._sum_sq is None:
+            total = torch.zeros((), dtype=torch.float64, device=C.device)
+            for rows in self.chunks():
+                squares = self.X[rows].double().square().sum(dim=1)
+                total += weighted_sum(squares, self.weights(rows))
+            self._sum_sq = total
+        Cd = C.double()
+        spread = (den * Cd.square().sum(dim=1)).sum()
+        return (self._sum_sq - 2.0 * (Cd * num).sum() + spread).clamp_min(0.0)
+
     def _whole_hard_pass(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, incremental: bool
     ) -> torch.Tensor:
@@ -367,7 +472,7 @@ class Workspace:
             _move_points(num, den, self.X, self.w, old, self.labels)
         else:
             _add_points(num, den, self.X, self.w, self.labels)
-        return weighted_sum(self.min_dist, self.w)
+        return weighted_sum(self._min_dist, self.w)
 
     def _nearest_everywhere(self, C: torch.Tensor, exact: bool) -> None:
         """``labels`` and ``min_dist`` of every row at ``C``: by the fused kernel where it
@@ -380,11 +485,11 @@ class Workspace:
         if fused.supports(self.X):
             self.check()  # one kernel for the whole pass
             precision = "highest" if exact else self.precision
-            fused.nearest(self.X, self.x_sq, C, c_sq, precision, (self.min_dist, self.labels))
+            fused.nearest(self.X, self.x_sq, C, c_sq, precision, (self._min_dist, self.labels))
             return
         for rows in self.chunks():
             D = self.distances(rows, C, c_sq.unsqueeze(0))
-            self.min_dist[rows], self.labels[rows] = self._nearest(rows, D, None)
+            self._min_dist[rows], self.labels[rows] = self._nearest(rows, D, None)
 
     def update(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True
@@ -413,10 +518,10 @@ class Workspace:
         Without hints (ties go to the lowest index): ``RBFKMeans.predict`` runs this same
         pass, so the fit's final labels are its labels.
         """
-        self._hard_sums = None
+        self._forget_lloyd_state()
         if self.whole_passes:
             self._nearest_everywhere(C, exact=True)
-            return self._summed(weighted_sum(self.min_dist, self.w))
+            return self._summed(weighted_sum(self._min_dist, self.w))
         if self.kernel is not None:
             return self._summed(self._fused_pass(C, LABEL, None, None))
         c_sq = squared_norms(C).unsqueeze(0)
@@ -424,7 +529,7 @@ class Workspace:
         def block(rows: slice) -> torch.Tensor:
             D = self.padded_distances(rows, C, c_sq)
             min_dist, labels = self._nearest(rows, D, None)
-            self.min_dist[rows] = min_dist
+            self._min_dist[rows] = min_dist
             self.labels[rows] = labels
             return weighted_sum(min_dist, self.weights(rows))
 
@@ -433,7 +538,7 @@ class Workspace:
     def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
         """Hard E-step at ``C`` that also returns each point's second-nearest squared
         distance (``labels`` and ``min_dist`` hold the nearest); and the inertia."""
-        self._hard_sums = None
+        self._forget_lloyd_state()
         c_sq = squared_norms(C).unsqueeze(0)
         second = torch.empty_like(self.min_dist)
 
@@ -441,7 +546,7 @@ class Workspace:
             D = self.padded_distances(rows, C, c_sq)
             values, labels = torch.topk(D, 2, dim=1, largest=False)
             values.add_(self.x_sq[rows].unsqueeze(1)).clamp_min_(0.0)
-            self.min_dist[rows] = values[:, 0]
+            self._min_dist[rows] = values[:, 0]
             second[rows] = values[:, 1]
             self.labels[rows] = labels[:, 0]
             return weighted_sum(values[:, 0], self.weights(rows))
@@ -467,9 +572,9 @@ class Workspace:
 
     def restore(self, saved: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Put back the labels and distances of a :meth:`snapshot` (no pass needed)."""
-        self._hard_sums = None
+        self._forget_lloyd_state()
         self.labels.copy_(saved[0])
-        self.min_dist.copy_(saved[1])
+        self._min_dist.copy_(saved[1])
 
     def add_farthest(self, C: torch.Tensor, n_new: int) -> torch.Tensor:
         """Append ``n_new`` centres, each the point farthest from all centres so far."""

@@ -1,0 +1,133 @@
+"""Hamerly's bounds: the rows whose nearest centre a Lloyd pass must look for again.
+
+Hamerly, "Making k-means even faster" (SDM 2010). Each row keeps an upper bound ``u`` on
+its distance to its own centre and a lower bound ``l`` on its distance to every other.
+When the centres move, ``u`` grows by how far the row's centre moved and ``l`` shrinks by
+the farthest any other centre moved. A row with ``u <= max(l, s_a)`` (``s_a``: half the
+distance from its centre to the nearest other) keeps its label with no distance computed;
+for the others ``u`` is tightened to the distance to their own centre, and where the test
+still fails they get the distances to every centre. Between Lloyd iterations few rows fail.
+The per-row work is the fused kernel's (``lloyd_bounded`` in ``lloyd_kernel.c``); this
+module keeps the bounds and what each pass needs from the centres.
+
+The labels are those of a pass without bounds up to ties within rounding: its squared
+distances are ``||c||^2 - 2 x.c + ||x||^2``, off by a rounding error that grows with the
+norms, so the bounds carry a margin (:func:`rounding_margin`) wide enough that a row kept
+by its bounds is one whose computed distances would keep it too.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .distances import squared_norms
+
+#: Centres whose gaps to the others are computed at a time (a block of that many rows
+#: against every centre), so the gaps of 16 000 centres need no ``k x k`` matrix.
+GAP_BLOCK = 1024
+
+
+def rounding_margin(x_sq_max: float, c_sq_max: float, n_features: int, dtype: torch.dtype) -> float:
+    """The margin, in distance units, that covers the rounding of squared distances.
+
+    A dot product of ``d`` terms is off by about ``sqrt(d)`` units in the last place of
+    ``|x| |c|`` (fused, blocked sums: not the worst case, ``d`` units); the squared
+    distance adds ``||x||^2`` and ``||c||^2``. With ``E`` that error, squared distances
+    more than ``2 E`` apart keep their order, as do distances ``tau = sqrt(2 E)`` apart.
+    """
+    eps = torch.finfo(dtype).eps
+    error = (2.0 * math.sqrt(n_features) + 4.0) * eps * (x_sq_max + c_sq_max)
+    return math.sqrt(2.0 * error)
+
+
+@dataclass
+class Drift:
+    """How the centres moved since the last pass, per centre: ``own`` its own move,
+    ``others`` the largest move of any other centre, and ``half_gap`` half its distance
+    to the nearest other centre, less the margin."""
+
+    own: torch.Tensor
+    others: torch.Tensor
+    half_gap: torch.Tensor
+
+
+class Bounds:
+    """Every row's bounds and the centres of the pass that set them (``upper``: the bound
+    on the distance to the row's centre plus the margin; ``lower``: on the distance to any
+    other; distances, not squared)."""
+
+    def __init__(self, x_sq: torch.Tensor) -> None:
+        self.upper = torch.empty_like(x_sq)
+        self.lower = torch.empty_like(x_sq)
+        self.centres: torch.Tensor | None = None
+        self.margin = 0.0
+        self._x_sq_max = float(x_sq.max()) if x_sq.numel() else 0.0
+        self._lock = threading.Lock()
+        # Whether the last pass left some rows' nearest distances unset (the rows its
+        # bounds kept); see :meth:`fill_distances`.
+        self.stale = False
+
+    def usable(self, C: torch.Tensor) -> bool:
+        """Whether the bounds hold for the last pass's centres and ``C`` has their shape
+        (so ``C`` may be those centres moved)."""
+        return self.centres is not None and self.centres.shape == C.shape
+
+    def start(self, C: torch.Tensor) -> None:
+        """A pass at ``C`` sets every row's bounds."""
+        c_sq_max = float(squared_norms(C).max())
+        self.margin = rounding_margin(self._x_sq_max, c_sq_max, C.shape[1], C.dtype)
+        self.centres = C.clone()
+        self.stale = False
+
+    def forget(self) -> None:
+        """The labels are about to be written otherwise: the bounds no longer hold."""
+        self.centres = None
+        self.stale = False
+
+    def drift(self, C: torch.Tensor) -> Drift:
+        """How ``C`` moved from the last pass's centres; ``C`` becomes those centres."""
+        assert self.centres is not None
+        own = (C - self.centres).square_().sum(dim=1).sqrt_()
+        self.centres = C.clone()
+        others = torch.zeros_like(own)
+        if own.shape[0] > 1:
+            top, where = torch.topk(own, 2)
+            others.fill_(float(top[0]))
+            others[where[0]] = top[1]
+        return Drift(own, others, half_gaps(C).sub_(self.margin))
+
+    def fill_distances(
+        self,
+        X: torch.Tensor,
+        labels: torch.Tensor,
+        out: torch.Tensor,
+        blocks: Callable[[], Iterable[slice]],
+    ) -> None:
+        """Each row's squared distance to its centre of the last pass into ``out``, where
+        a pass left them unset (once, whichever thread asks first)."""
+        with self._lock:
+            if not self.stale or self.centres is None:
+                return
+            for rows in blocks():
+                out[rows] = (X[rows] - self.centres[labels[rows]]).square_().sum(dim=1)
+            self.stale = False
+
+
+def half_gaps(C: torch.Tensor) -> torch.Tensor:
+    """Half the distance from each centre to its nearest other centre (``inf`` for a
+    lone centre), ``GAP_BLOCK`` centres at a time."""
+    k = C.shape[0]
+    c_sq = squared_norms(C)
+    gaps = torch.empty(k, dtype=C.dtype, device=C.device)
+    for start in range(0, k, GAP_BLOCK):
+        stop = min(start + GAP_BLOCK, k)
+        D = torch.addmm(c_sq.unsqueeze(0), C[start:stop], C.T, alpha=-2.0)
+        D.add_(c_sq[start:stop].unsqueeze(1))
+        D[:, start:stop].fill_diagonal_(float("inf"))
+        gaps[start:stop] = D.amin(dim=1)
+    return gaps.clamp_min_(0.0).sqrt_().mul_(0.5)
