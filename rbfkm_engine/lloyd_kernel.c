@@ -49,6 +49,20 @@
         }                                                                                      \
     }                                                                                          \
                                                                                                \
+    /* Add a row of weight wi to cluster `to`'s float64 sums and, from >= 0, take it from     \
+     * cluster `from`'s (a row that moved). */                                                 \
+    static inline void add_row_##SUFFIX(double *restrict num, double *restrict den,            \
+                                        const T *restrict x, int64_t d, double wi, int64_t to, \
+                                        int64_t from) {                                        \
+        double *a = num + to * d;                                                              \
+        for (int64_t t = 0; t < d; t++) a[t] += wi * (double)x[t];                             \
+        den[to] += wi;                                                                         \
+        if (from < 0) return;                                                                  \
+        double *b = num + from * d;                                                            \
+        for (int64_t t = 0; t < d; t++) b[t] -= wi * (double)x[t];                             \
+        den[from] -= wi;                                                                       \
+    }                                                                                          \
+                                                                                               \
     /* Nearest of x among the centres CT (d x kp, transposed; padding: c_sq = +inf). */        \
     static inline int64_t nearest_direct_##SUFFIX(const T *restrict x, int64_t d,              \
                                                   const T *restrict CT,                        \
@@ -141,20 +155,10 @@
             total += wi * (double)dist;                                                        \
             labels[i] = lab;                                                                   \
             if (lab != old) moved++;                                                           \
-            if (mode == 1 && lab != old) {                                                     \
-                double *to = num + lab * d, *from = num + old * d;                             \
-                for (int64_t t = 0; t < d; t++) {                                              \
-                    const double v = wi * (double)xi[t];                                       \
-                    to[t] += v;                                                                \
-                    from[t] -= v;                                                              \
-                }                                                                              \
-                den[lab] += wi;                                                                \
-                den[old] -= wi;                                                                \
-            } else if (mode == 0) {                                                            \
-                double *to = num + lab * d;                                                    \
-                for (int64_t t = 0; t < d; t++) to[t] += wi * (double)xi[t];                   \
-                den[lab] += wi;                                                                \
-            }                                                                                  \
+            if (mode == 0)                                                                     \
+                add_row_##SUFFIX(num, den, xi, d, wi, lab, -1);                                \
+            else if (mode == 1 && lab != old)                                                  \
+                add_row_##SUFFIX(num, den, xi, d, wi, lab, old);                               \
         }                                                                                      \
         *inertia = total;                                                                      \
         return moved;                                                                          \
@@ -207,20 +211,10 @@
             lower[i] = (T)sqrt((double)dist2) - margin;                                        \
             labels[i] = lab;                                                                   \
             const double wi = w ? (double)w[i] : 1.0;                                          \
-            if (start) {                                                                       \
-                double *to = num + lab * d;                                                    \
-                for (int64_t t = 0; t < d; t++) to[t] += wi * (double)xi[t];                   \
-                den[lab] += wi;                                                                \
-            } else if (lab != old) {                                                           \
-                double *to = num + lab * d, *from = num + old * d;                             \
-                for (int64_t t = 0; t < d; t++) {                                              \
-                    const double v = wi * (double)xi[t];                                       \
-                    to[t] += v;                                                                \
-                    from[t] -= v;                                                              \
-                }                                                                              \
-                den[lab] += wi;                                                                \
-                den[old] -= wi;                                                                \
-            }                                                                                  \
+            if (start)                                                                         \
+                add_row_##SUFFIX(num, den, xi, d, wi, lab, -1);                                \
+            else if (lab != old)                                                               \
+                add_row_##SUFFIX(num, den, xi, d, wi, lab, old);                               \
         }                                                                                      \
         return relabelled;                                                                     \
     }                                                                                          \
