@@ -63,8 +63,12 @@ def cache_dir() -> Path:
     """Where built libraries are kept (see the module's docstring)."""
     if os.environ.get("RBFKM_CACHE_DIR"):
         return Path(os.environ["RBFKM_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "rbfkm"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "rbfkm"
+    try:
+        return Path.home() / ".cache" / "rbfkm"
+    except RuntimeError:  # no home directory: the system's temporary directory
+        return Path(tempfile.gettempdir()) / f"rbfkm-{os.getuid()}"
 
 
 def enabled() -> bool:
@@ -87,10 +91,15 @@ def _cpu_identity() -> str:
 
 
 def _build(compiler: str, flags: tuple[str, ...], target: Path) -> bool:
-    """Compile :data:`SOURCE` into ``target`` (atomically); whether it worked."""
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
+    """Compile :data:`SOURCE` into ``target`` (atomically); whether it worked (a cache
+    that cannot be written, e.g. a read-only home, is a failed build)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+    except OSError as exc:
+        log.info("rbfkm: cannot write the kernel's cache %s (%s)", target.parent, exc)
+        return False
     cmd = [compiler, *flags, "-shared", "-fPIC", "-o", tmp, str(SOURCE)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)

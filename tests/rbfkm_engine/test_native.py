@@ -174,6 +174,13 @@ def test_without_a_compiler_the_passes_stay_in_torch(tmp_path, monkeypatch) -> N
     assert not list((tmp_path / "native").glob("*.so"))
 
 
+def test_a_cache_that_cannot_be_written_is_a_failed_build(tmp_path, monkeypatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("RBFKM_CACHE_DIR", str(blocker / "cache"))  # under a file: no mkdir
+    assert native.library.__wrapped__() is None
+
+
 @pytest.mark.parametrize("value", ["0", "false", "No", "off"])
 def test_switched_off(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(native.SWITCH, value)
