@@ -9,8 +9,9 @@
  *
  * Modes: 0 adds every row to the sums of its new cluster; 1 moves the rows whose label
  * changed between the sums (the caller keeps sums between passes); 2 labels only.
- * Sums are float64 whatever the data's type. No allocation, no global state: blocks run
- * on the caller's threads at once.
+ * Sums are float64 whatever the data's type. lloyd_bounded is the same pass with Hamerly's
+ * bounds (rbfkm_engine/bounds.py); row_minima and entmax15_rows serve the soft passes.
+ * No allocation, no global state: blocks run on the caller's threads at once.
  */
 #include <math.h>
 #include <stdint.h>

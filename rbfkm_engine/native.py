@@ -1,4 +1,4 @@
-"""The fused CPU kernel of Lloyd's passes, compiled from C on first use.
+"""The fused CPU kernels of the passes, compiled from C on first use.
 
 A Lloyd pass in torch is a dozen ops per block of rows (the distance GEMM, a row minimum,
 a check of the labels, the moved rows' sums), each a sweep over the block and each with a
@@ -6,7 +6,10 @@ dispatch cost; on few features the sweeps, not the arithmetic, set the pace.
 ``lloyd_kernel.c`` does a block in one call: every row's nearest centre (lowest index on
 ties, as ``argmin``), its squared distance and its share of the M-step sums, with the
 distances computed in registers when the rows have at most :data:`DIRECT_MAX_FEATURES`
-features, else read from the block's GEMM. The blocks still run on the fit's
+features, else read from the block's GEMM; on few features it also keeps Hamerly's
+bounds (:mod:`~rbfkm_engine.bounds`). The same library serves the annealing's soft passes:
+row minima with their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the
+soft rows (:func:`entmax15_rows`). The blocks still run on the fit's
 :class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the GIL during a call).
 
 The library is built with the system's C compiler (``$CC``, else ``cc``) for the machine it
