@@ -373,7 +373,9 @@ def in_fit_gemm(
     On the CPU the fit runs on one thread: the profiler sees only the thread that started
     it, and a fit on several threads runs its blocks on threads of its own (see
     ``rbfkm_engine/parallel.py``). ``matmul_gflops`` is then a plain ``torch.matmul`` of the
-    same shape on one thread, the reference for the in-fit rate.
+    same shape on one thread, the reference for the in-fit rate. On rows of at most
+    ``rbfkm_engine.native.DIRECT_MAX_FEATURES`` features the engine's fused kernel computes
+    the distances itself, without a GEMM: ``rows`` is then 0.
     """
     try:
         import torch

@@ -127,10 +127,12 @@ def test_in_fit_gemm_counts_every_lloyd_pass_of_padded_blocks() -> None:
     rng = np.random.default_rng(0)
     # Enough rows for a block per thread: on several threads the fit's passes would run
     # where the profiler does not look, so it is profiled on one.
-    X = rng.normal(size=(20_000, 4)).astype(np.float32)
+    # 40 features: more than the fused kernel computes itself (its passes' distances then
+    # come from a GEMM, as torch's do).
+    X = rng.normal(size=(20_000, 40)).astype(np.float32)
     C0 = X[:5].copy()  # k = 5: the Lloyd passes use blocks padded to 16 columns
     out = common.in_fit_gemm(X, C0, n_iter=6, repeats=1)
-    # Every pass of the fit is one (rows, 4) x (4, 5) GEMM per block, into the padded
+    # Every pass of the fit is one (rows, 40) x (40, 5) GEMM per block, into the padded
     # block's first 5 columns: at least the 6 Lloyd iterations' worth of rows are seen.
     assert out["rows"] >= 6 * X.shape[0]
     assert out["gflops"] > 0 and out["matmul_gflops"] > 0 and out["threads"] == 1
