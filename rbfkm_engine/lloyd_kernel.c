@@ -35,10 +35,27 @@
         return (int64_t)a;                                                                     \
     }                                                                                          \
                                                                                                \
+    /* Lane by lane, a where mask is set, else b. */                                          \
+    static inline V select_##SUFFIX(V##_index mask, V a, V b) {                                \
+        return (V)(((V##_index)a & mask) | ((V##_index)b & ~mask));                            \
+    }                                                                                          \
+                                                                                               \
+    /* Partial distances c_sq[j] - 2 x.c_j of LANES centres from column j of CT (d x kp). */  \
+    static inline V partial_##SUFFIX(const T *restrict x, int64_t d, const T *restrict CT,     \
+                                     const T *restrict c_sq, int64_t kp, int64_t j) {          \
+        V acc, ct;                                                                             \
+        memcpy(&acc, c_sq + j, sizeof acc);                                                    \
+        for (int64_t t = 0; t < d; t++) {                                                      \
+            memcpy(&ct, CT + t * kp + j, sizeof ct);                                           \
+            acc += ((T)-2 * x[t]) * ct;                                                        \
+        }                                                                                      \
+        return acc;                                                                            \
+    }                                                                                          \
+                                                                                               \
     /* Keep, lane by lane, the smaller of best and p (the earlier column on ties). */          \
     static inline void keep_min_##SUFFIX(V p, V##_index idx, V *best, V##_index *at) {         \
         V##_index lower = p < *best;                                                           \
-        *best = (V)(((V##_index)p & lower) | ((V##_index)*best & ~lower));                     \
+        *best = select_##SUFFIX(lower, p, *best);                                              \
         *at = (idx & lower) | (*at & ~lower);                                                  \
     }                                                                                          \
                                                                                                \
@@ -68,16 +85,11 @@
     static inline int64_t nearest_direct_##SUFFIX(const T *restrict x, int64_t d,              \
                                                   const T *restrict CT,                        \
                                                   const T *restrict c_sq, int64_t kp, T *out) { \
-        V best, acc, ct;                                                                       \
+        V best;                                                                                \
         V##_index at, idx;                                                                     \
         start_##SUFFIX(&best, &at, &idx);                                                      \
         for (int64_t j = 0; j < kp; j += LANES) {                                              \
-            memcpy(&acc, c_sq + j, sizeof acc);                                                \
-            for (int64_t t = 0; t < d; t++) {                                                  \
-                memcpy(&ct, CT + t * kp + j, sizeof ct);                                       \
-                acc += ((T)-2 * x[t]) * ct;                                                    \
-            }                                                                                  \
-            keep_min_##SUFFIX(acc, idx, &best, &at);                                           \
+            keep_min_##SUFFIX(partial_##SUFFIX(x, d, CT, c_sq, kp, j), idx, &best, &at);       \
             idx += (I)LANES;                                                                   \
         }                                                                                      \
         return reduce_##SUFFIX(best, at, out);                                                 \
@@ -90,21 +102,15 @@
                                                       const T *restrict CT,                    \
                                                       const T *restrict c_sq, int64_t kp,      \
                                                       T *out, T *second) {                     \
-        V best, next, acc, ct;                                                                 \
+        V best, next;                                                                          \
         V##_index at, idx;                                                                     \
         start_##SUFFIX(&best, &at, &idx);                                                      \
         next = best;                                                                           \
         for (int64_t j = 0; j < kp; j += LANES) {                                              \
-            memcpy(&acc, c_sq + j, sizeof acc);                                                \
-            for (int64_t t = 0; t < d; t++) {                                                  \
-                memcpy(&ct, CT + t * kp + j, sizeof ct);                                       \
-                acc += ((T)-2 * x[t]) * ct;                                                    \
-            }                                                                                  \
+            const V acc = partial_##SUFFIX(x, d, CT, c_sq, kp, j);                             \
             /* next = min(next, max(acc, best)): the lane's second smallest so far */          \
-            V##_index above = acc < best;                                                      \
-            V bigger = (V)(((V##_index)best & above) | ((V##_index)acc & ~above));             \
-            V##_index lower = bigger < next;                                                   \
-            next = (V)(((V##_index)bigger & lower) | ((V##_index)next & ~lower));               \
+            const V bigger = select_##SUFFIX(acc < best, best, acc);                           \
+            next = select_##SUFFIX(bigger < next, bigger, next);                               \
             keep_min_##SUFFIX(acc, idx, &best, &at);                                           \
             idx += (I)LANES;                                                                   \
         }                                                                                      \
