@@ -3,7 +3,10 @@
  *
  * A row's partial distances are p_j = ||c_j||^2 - 2 x.c_j (the squared distance less the
  * row's constant ||x||^2, the same expansion as the torch passes), either computed here
- * ("direct": centres transposed, kp columns, for few features) or read from a block the
+ * ("direct", for few features: from CT = -2 C^T, d x kp, the factor folded in so the row's
+ * features are broadcast straight from memory; doubling is exact, so the sums are those of
+ * -2 x.c; ROWS rows at a time against GROUPS vectors of centres, so the FMAs of a row do
+ * not wait on each other and each load of CT serves ROWS rows) or read from a block the
  * caller filled by a GEMM. The nearest centre is the lowest index of the minimum (as
  * torch.argmin), kept per SIMD lane and reduced at the end, so no row is scanned twice.
  *
@@ -18,6 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Rows and groups of LANES centres a direct pass computes at once: ROWS x GROUPS sums in
+ * registers. */
+#define ROWS 4
+#define GROUPS 2
+
 #define LLOYD_KERNELS(T, V, I, LANES, SUFFIX)                                                  \
     typedef T V __attribute__((vector_size(sizeof(T) * LANES)));                               \
     typedef I V##_index __attribute__((vector_size(sizeof(T) * LANES)));                       \
@@ -25,12 +33,10 @@
     /* Lowest index of the minimum over the lanes' bests (ties: lowest index). */              \
     static inline int64_t reduce_##SUFFIX(V best, V##_index at, T *out) {                      \
         T m = best[0];                                                                         \
-        I a = at[0];                                                                           \
-        for (int l = 1; l < LANES; l++)                                                        \
-            if (best[l] < m || (best[l] == m && at[l] < a)) {                                  \
-                m = best[l];                                                                   \
-                a = at[l];                                                                     \
-            }                                                                                  \
+        for (int l = 1; l < LANES; l++) m = best[l] < m ? best[l] : m;                         \
+        I a = -1; /* written without branches: which lane wins is unpredictable */             \
+        for (int l = 0; l < LANES; l++)                                                        \
+            a = best[l] == m && (a < 0 || at[l] < a) ? at[l] : a;                              \
         *out = m;                                                                              \
         return (int64_t)a;                                                                     \
     }                                                                                          \
@@ -40,16 +46,26 @@
         return (V)(((V##_index)a & mask) | ((V##_index)b & ~mask));                            \
     }                                                                                          \
                                                                                                \
-    /* Partial distances c_sq[j] - 2 x.c_j of LANES centres from column j of CT (d x kp). */  \
-    static inline V partial_##SUFFIX(const T *restrict x, int64_t d, const T *restrict CT,     \
-                                     const T *restrict c_sq, int64_t kp, int64_t j) {          \
-        V acc, ct;                                                                             \
-        memcpy(&acc, c_sq + j, sizeof acc);                                                    \
-        for (int64_t t = 0; t < d; t++) {                                                      \
-            memcpy(&ct, CT + t * kp + j, sizeof ct);                                           \
-            acc += ((T)-2 * x[t]) * ct;                                                        \
+    /* Partial distances c_sq[j] - 2 x.c_j of R rows (xs) to G groups of LANES centres from    \
+     * column j of CT (d x kp): R x G independent sums, so the FMAs of one row's chain do not  \
+     * wait on each other and each load of CT serves R rows. */                                \
+    static inline __attribute__((always_inline)) void partials_##SUFFIX(                       \
+        const T *const xs[ROWS], int64_t d, const T *restrict CT, const T *restrict c_sq,      \
+        int64_t kp, int64_t j, const int G, V acc[ROWS][GROUPS]) {                             \
+        for (int g = 0; g < G; g++) {                                                          \
+            V start;                                                                           \
+            memcpy(&start, c_sq + j + g * LANES, sizeof start);                                \
+            for (int r = 0; r < ROWS; r++) acc[r][g] = start;                                  \
         }                                                                                      \
-        return acc;                                                                            \
+        for (int64_t t = 0; t < d; t++) {                                                      \
+            V ct[GROUPS];                                                                      \
+            for (int g = 0; g < G; g++)                                                        \
+                memcpy(&ct[g], CT + t * kp + j + g * LANES, sizeof(V));                        \
+            for (int r = 0; r < ROWS; r++) {                                                   \
+                const T x = xs[r][t];                                                          \
+                for (int g = 0; g < G; g++) acc[r][g] += x * ct[g];                            \
+            }                                                                                  \
+        }                                                                                      \
     }                                                                                          \
                                                                                                \
     /* Keep, lane by lane, the smaller of best and p (the earlier column on ties). */          \
@@ -59,15 +75,26 @@
         *at = (idx & lower) | (*at & ~lower);                                                  \
     }                                                                                          \
                                                                                                \
-    static inline void start_##SUFFIX(V *best, V##_index *at, V##_index *idx) {                \
-        for (int l = 0; l < LANES; l++) {                                                      \
-            (*best)[l] = INFINITY;                                                             \
-            (*at)[l] = 0;                                                                      \
-            (*idx)[l] = (I)l;                                                                  \
-        }                                                                                      \
+    /* As keep_min, and next = min(next, max(p, best)): the lane's second smallest so far. */  \
+    static inline void keep_two_##SUFFIX(V p, V##_index idx, V *best, V##_index *at,           \
+                                         V *next) {                                            \
+        const V bigger = select_##SUFFIX(p < *best, *best, p);                                 \
+        *next = select_##SUFFIX(bigger < *next, bigger, *next);                                \
+        keep_min_##SUFFIX(p, idx, best, at);                                                   \
     }                                                                                          \
                                                                                                \
-    /* Add a row of weight wi to cluster `to`'s float64 sums and, from >= 0, take it from     \
+    static inline void start_##SUFFIX(V *best, V##_index *at) {                                \
+        *best = (V){0} + (T)INFINITY;                                                          \
+        *at = (V##_index){0};                                                                  \
+    }                                                                                          \
+                                                                                               \
+    static inline V##_index iota_##SUFFIX(void) {                                              \
+        V##_index idx = {0};                                                                   \
+        for (int l = 0; l < LANES; l++) idx[l] = (I)l;                                         \
+        return idx;                                                                            \
+    }                                                                                          \
+                                                                                               \
+    /* Add a row of weight wi to cluster `to`'s float64 sums and, from >= 0, take it from      \
      * cluster `from`'s (a row that moved). */                                                 \
     static inline void add_row_##SUFFIX(double *restrict num, double *restrict den,            \
                                         const T *restrict x, int64_t d, double wi, int64_t to, \
@@ -81,54 +108,53 @@
         den[from] -= wi;                                                                       \
     }                                                                                          \
                                                                                                \
-    /* Nearest of x among the centres CT (d x kp, transposed; padding: c_sq = +inf). */        \
-    static inline int64_t nearest_direct_##SUFFIX(const T *restrict x, int64_t d,              \
-                                                  const T *restrict CT,                        \
-                                                  const T *restrict c_sq, int64_t kp, T *out) { \
-        V best;                                                                                \
-        V##_index at, idx;                                                                     \
-        start_##SUFFIX(&best, &at, &idx);                                                      \
-        for (int64_t j = 0; j < kp; j += LANES) {                                              \
-            keep_min_##SUFFIX(partial_##SUFFIX(x, d, CT, c_sq, kp, j), idx, &best, &at);       \
-            idx += (I)LANES;                                                                   \
+    /* Nearest (lab, its partial distance in out) and, with second, the next smallest          \
+     * partial distance (a tie of the nearest counts: two centres at the same distance are     \
+     * both "nearest") of each of the ROWS rows xs among the centres (CT = -2 C^T, d x kp;     \
+     * padding: c_sq = +inf). */                                                               \
+    static inline __attribute__((always_inline)) void nearest_direct_##SUFFIX(                 \
+        const T *const xs[ROWS], int64_t d, const T *restrict CT, const T *restrict c_sq,      \
+        int64_t kp, int64_t lab[ROWS], T out[ROWS], T *second) {                               \
+        V best[ROWS], next[ROWS], acc[ROWS][GROUPS];                                           \
+        V##_index at[ROWS], idx = iota_##SUFFIX();                                             \
+        for (int r = 0; r < ROWS; r++) {                                                       \
+            start_##SUFFIX(&best[r], &at[r]);                                                  \
+            next[r] = best[r];                                                                 \
         }                                                                                      \
-        return reduce_##SUFFIX(best, at, out);                                                 \
-    }                                                                                          \
-                                                                                               \
-    /* The nearest and second-nearest of x among the centres CT, as nearest_direct: the     \
-     * nearest's index, *out its partial distance, *second the next smallest (a tie of the    \
-     * nearest counts: two centres at the same distance are both "nearest"). */             \
-    static inline int64_t nearest_two_direct_##SUFFIX(const T *restrict x, int64_t d,          \
-                                                      const T *restrict CT,                    \
-                                                      const T *restrict c_sq, int64_t kp,      \
-                                                      T *out, T *second) {                     \
-        V best, next;                                                                          \
-        V##_index at, idx;                                                                     \
-        start_##SUFFIX(&best, &at, &idx);                                                      \
-        next = best;                                                                           \
-        for (int64_t j = 0; j < kp; j += LANES) {                                              \
-            const V acc = partial_##SUFFIX(x, d, CT, c_sq, kp, j);                             \
-            /* next = min(next, max(acc, best)): the lane's second smallest so far */          \
-            const V bigger = select_##SUFFIX(acc < best, best, acc);                           \
-            next = select_##SUFFIX(bigger < next, bigger, next);                               \
-            keep_min_##SUFFIX(acc, idx, &best, &at);                                           \
-            idx += (I)LANES;                                                                   \
+        for (int64_t j = 0; j < kp;) {                                                         \
+            const int G = j + GROUPS * LANES <= kp ? GROUPS : 1;                               \
+            if (G == GROUPS)                                                                   \
+                partials_##SUFFIX(xs, d, CT, c_sq, kp, j, GROUPS, acc);                        \
+            else                                                                               \
+                partials_##SUFFIX(xs, d, CT, c_sq, kp, j, 1, acc);                             \
+            for (int g = 0; g < G; g++) {                                                      \
+                for (int r = 0; r < ROWS; r++) {                                               \
+                    if (second)                                                                \
+                        keep_two_##SUFFIX(acc[r][g], idx, &best[r], &at[r], &next[r]);         \
+                    else                                                                       \
+                        keep_min_##SUFFIX(acc[r][g], idx, &best[r], &at[r]);                   \
+                }                                                                              \
+                idx += (I)LANES;                                                               \
+            }                                                                                  \
+            j += G * LANES;                                                                    \
         }                                                                                      \
-        const int64_t a = reduce_##SUFFIX(best, at, out);                                      \
-        T s = INFINITY;                                                                        \
-        for (int l = 0; l < LANES; l++) {                                                      \
-            s = next[l] < s ? next[l] : s;                                                     \
-            if (at[l] != (I)a) s = best[l] < s ? best[l] : s;                                  \
+        for (int r = 0; r < ROWS; r++) {                                                       \
+            lab[r] = reduce_##SUFFIX(best[r], at[r], &out[r]);                                 \
+            if (!second) continue;                                                             \
+            T s = INFINITY;                                                                    \
+            for (int l = 0; l < LANES; l++) {                                                  \
+                s = next[r][l] < s ? next[r][l] : s;                                           \
+                if (at[r][l] != (I)lab[r]) s = best[r][l] < s ? best[r][l] : s;                \
+            }                                                                                  \
+            second[r] = s;                                                                     \
         }                                                                                      \
-        *second = s;                                                                           \
-        return a;                                                                              \
     }                                                                                          \
                                                                                                \
     /* Nearest in one row of partial distances (kp columns, padding +inf). */                  \
     static inline int64_t nearest_row_##SUFFIX(const T *restrict row, int64_t kp, T *out) {    \
         V best, p;                                                                             \
-        V##_index at, idx;                                                                     \
-        start_##SUFFIX(&best, &at, &idx);                                                      \
+        V##_index at, idx = iota_##SUFFIX();                                                   \
+        start_##SUFFIX(&best, &at);                                                            \
         for (int64_t j = 0; j < kp; j += LANES) {                                              \
             memcpy(&p, row + j, sizeof p);                                                     \
             keep_min_##SUFFIX(p, idx, &best, &at);                                             \
@@ -137,10 +163,33 @@
         return reduce_##SUFFIX(best, at, out);                                                 \
     }                                                                                          \
                                                                                                \
-    /* The block: X (m x d), x_sq (m), centres as CT/c_sq (direct) or D (m x ldd, ldd and     \
+    /* Row i's label lab (partial distance p) recorded: min_dist, labels and, as mode says,    \
+     * the sums; its w_i min_dist_i added to *total; whether its label changed. */             \
+    static inline int finish_row_##SUFFIX(const T *restrict X, int64_t d,                      \
+                                          const T *restrict x_sq, const T *restrict w,         \
+                                          int64_t *restrict labels, T *restrict min_dist,      \
+                                          double *restrict num, double *restrict den,          \
+                                          int mode, int64_t i, int64_t lab, T p,               \
+                                          double *total) {                                     \
+        const int64_t old = labels[i];                                                         \
+        T dist = p + x_sq[i];                                                                  \
+        dist = dist < (T)0 ? (T)0 : dist;                                                      \
+        min_dist[i] = dist;                                                                    \
+        const double wi = w ? (double)w[i] : 1.0;                                              \
+        *total += wi * (double)dist;                                                           \
+        labels[i] = lab;                                                                       \
+        if (mode == 0)                                                                         \
+            add_row_##SUFFIX(num, den, X + i * d, d, wi, lab, -1);                             \
+        else if (mode == 1 && lab != old)                                                      \
+            add_row_##SUFFIX(num, den, X + i * d, d, wi, lab, old);                            \
+        return lab != old;                                                                     \
+    }                                                                                          \
+                                                                                               \
+    /* The block: X (m x d), x_sq (m), centres as CT/c_sq (direct) or D (m x ldd, ldd and      \
      * kp multiples of LANES); w (m) or NULL; labels (m, in: last pass's, out: new);           \
-     * min_dist (m, out); num (k x d), den (k): float64 sums, added to. Returns the rows      \
-     * whose label changed; *inertia gets sum_i w_i min_dist_i. */                             \
+     * min_dist (m, out); num (k x d), den (k): float64 sums, added to. Returns the rows       \
+     * whose label changed; *inertia gets sum_i w_i min_dist_i. Direct distances go ROWS       \
+     * rows at a time (the last group padded with copies of the block's last row). */          \
     int64_t lloyd_block_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                    \
                                  const T *restrict x_sq, const T *restrict CT,                 \
                                  const T *restrict c_sq, int64_t kp, const T *restrict D,      \
@@ -149,36 +198,92 @@
                                  double *restrict den, int mode, double *inertia) {            \
         int64_t moved = 0;                                                                     \
         double total = 0.0;                                                                    \
-        for (int64_t i = 0; i < m; i++) {                                                      \
-            const T *xi = X + i * d;                                                           \
-            T p;                                                                               \
-            const int64_t old = labels[i];                                                     \
-            const int64_t lab = D ? nearest_row_##SUFFIX(D + i * ldd, kp, &p)                  \
-                                  : nearest_direct_##SUFFIX(xi, d, CT, c_sq, kp, &p);          \
-            T dist = p + x_sq[i];                                                              \
-            dist = dist < (T)0 ? (T)0 : dist;                                                  \
-            min_dist[i] = dist;                                                                \
-            const double wi = w ? (double)w[i] : 1.0;                                          \
-            total += wi * (double)dist;                                                        \
-            labels[i] = lab;                                                                   \
-            if (lab != old) moved++;                                                           \
-            if (mode == 0)                                                                     \
-                add_row_##SUFFIX(num, den, xi, d, wi, lab, -1);                                \
-            else if (mode == 1 && lab != old)                                                  \
-                add_row_##SUFFIX(num, den, xi, d, wi, lab, old);                               \
+        for (int64_t i = 0; i < m; i += ROWS) {                                                \
+            int64_t lab[ROWS];                                                                 \
+            T p[ROWS];                                                                         \
+            const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
+            if (D) {                                                                           \
+                for (int r = 0; r < rows; r++)                                                 \
+                    lab[r] = nearest_row_##SUFFIX(D + (i + r) * ldd, kp, &p[r]);               \
+            } else {                                                                           \
+                const T *xs[ROWS];                                                             \
+                for (int r = 0; r < ROWS; r++)                                                 \
+                    xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;                           \
+                nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, NULL);                    \
+            }                                                                                  \
+            for (int r = 0; r < rows; r++)                                                     \
+                moved += finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, mode,  \
+                                             i + r, lab[r], p[r], &total);                     \
         }                                                                                      \
         *inertia = total;                                                                      \
         return moved;                                                                          \
     }                                                                                          \
                                                                                                \
-    /* A Lloyd pass over a block with Hamerly's bounds (direct distances only). upper: a     \
-     * bound on the distance (not squared) to the row's centre plus the margin; lower: on    \
-     * the distance to any other. start != 0: every row labelled and its bounds set, every   \
-     * row added to the sums. start == 0: the bounds moved by the centres' drift (own: how   \
-     * far each centre moved; others: the farthest any other did; half_gap: half the        \
-     * distance to the nearest other centre, less the margin), and only the rows whose      \
-     * bounds fail are labelled again (their min_dist set) and, if their label changed,      \
-     * moved between the sums. Returns the rows labelled again. */                          \
+    /* Whether row i's bounds, moved by the centres' drift (lloyd_bounded), still show its     \
+     * label; upper and lower are updated (upper tightened to the exact distance when the      \
+     * moved bound alone does not show it). */                                                 \
+    static inline int bounds_hold_##SUFFIX(const T *restrict xi, int64_t d,                    \
+                                           const T *restrict CT, int64_t kp, int64_t old,      \
+                                           T *restrict upper, T *restrict lower,               \
+                                           const T *restrict own, const T *restrict others,    \
+                                           const T *restrict half_gap, T margin) {             \
+        T u = *upper + own[old];                                                               \
+        const T l = *lower - others[old];                                                      \
+        const T limit = l > half_gap[old] ? l : half_gap[old];                                 \
+        *lower = l;                                                                            \
+        if (u > limit) { /* tighten: the exact distance to its own centre */                   \
+            T s = 0;                                                                           \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                const T diff = xi[t] + (T)0.5 * CT[t * kp + old];                              \
+                s += diff * diff;                                                              \
+            }                                                                                  \
+            u = (T)sqrt((double)s) + margin;                                                   \
+        }                                                                                      \
+        *upper = u;                                                                            \
+        return u <= limit;                                                                     \
+    }                                                                                          \
+                                                                                               \
+    /* Label the rows (up to ROWS of them, indices at) whose bounds failed: min_dist, the      \
+     * bounds from the nearest and second-nearest, the labels and the sums. */                 \
+    static inline void relabel_##SUFFIX(const T *restrict X, int64_t d,                        \
+                                        const T *restrict x_sq, const T *restrict CT,          \
+                                        const T *restrict c_sq, int64_t kp,                    \
+                                        const T *restrict w, int64_t *restrict labels,         \
+                                        T *restrict min_dist, T *restrict upper,               \
+                                        T *restrict lower, T margin, double *restrict num,     \
+                                        double *restrict den, int start, const int64_t *at,    \
+                                        int rows) {                                            \
+        const T *xs[ROWS];                                                                     \
+        int64_t lab[ROWS];                                                                     \
+        T p[ROWS], p2[ROWS];                                                                   \
+        for (int r = 0; r < ROWS; r++) xs[r] = X + at[r < rows ? r : rows - 1] * d;            \
+        nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, p2);                              \
+        for (int r = 0; r < rows; r++) {                                                       \
+            const int64_t i = at[r], old = labels[i];                                          \
+            T dist = p[r] + x_sq[i], dist2 = p2[r] + x_sq[i];                                  \
+            dist = dist < (T)0 ? (T)0 : dist;                                                  \
+            dist2 = dist2 < (T)0 ? (T)0 : dist2;                                               \
+            min_dist[i] = dist;                                                                \
+            upper[i] = (T)sqrt((double)dist) + 2 * margin;                                     \
+            lower[i] = (T)sqrt((double)dist2) - margin;                                        \
+            labels[i] = lab[r];                                                                \
+            const double wi = w ? (double)w[i] : 1.0;                                          \
+            if (start)                                                                         \
+                add_row_##SUFFIX(num, den, xs[r], d, wi, lab[r], -1);                          \
+            else if (lab[r] != old)                                                            \
+                add_row_##SUFFIX(num, den, xs[r], d, wi, lab[r], old);                         \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* A Lloyd pass over a block with Hamerly's bounds (direct distances only). upper: a       \
+     * bound on the distance (not squared) to the row's centre plus the margin; lower: on      \
+     * the distance to any other. start != 0: every row labelled and its bounds set, every     \
+     * row added to the sums. start == 0: the bounds moved by the centres' drift (own: how     \
+     * far each centre moved; others: the farthest any other did; half_gap: half the           \
+     * distance to the nearest other centre, less the margin), and only the rows whose         \
+     * bounds fail are labelled again (their min_dist set) and, if their label changed,        \
+     * moved between the sums, ROWS at a time in the rows' order. Returns the rows             \
+     * labelled again. */                                                                      \
     int64_t lloyd_bounded_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                  \
                                    const T *restrict x_sq, const T *restrict CT,               \
                                    const T *restrict c_sq, int64_t kp, const T *restrict w,    \
@@ -187,42 +292,22 @@
                                    const T *restrict own, const T *restrict others,            \
                                    const T *restrict half_gap, T margin,                       \
                                    double *restrict num, double *restrict den, int start) {    \
-        int64_t relabelled = 0;                                                                \
+        int64_t relabelled = 0, pending[ROWS];                                                 \
+        int waiting = 0;                                                                       \
         for (int64_t i = 0; i < m; i++) {                                                      \
-            const T *xi = X + i * d;                                                           \
-            const int64_t old = labels[i];                                                     \
-            if (!start) {                                                                      \
-                T u = upper[i] + own[old];                                                     \
-                const T l = lower[i] - others[old];                                            \
-                const T limit = l > half_gap[old] ? l : half_gap[old];                         \
-                lower[i] = l;                                                                  \
-                if (u > limit) { /* tighten: the exact distance to its own centre */           \
-                    T s = 0;                                                                   \
-                    for (int64_t t = 0; t < d; t++) {                                          \
-                        const T diff = xi[t] - CT[t * kp + old];                               \
-                        s += diff * diff;                                                      \
-                    }                                                                          \
-                    u = (T)sqrt((double)s) + margin;                                           \
-                }                                                                              \
-                upper[i] = u;                                                                  \
-                if (u <= limit) continue;                                                      \
-            }                                                                                  \
+            if (!start && bounds_hold_##SUFFIX(X + i * d, d, CT, kp, labels[i], upper + i,     \
+                                               lower + i, own, others, half_gap, margin))      \
+                continue;                                                                      \
             relabelled++;                                                                      \
-            T p, p2;                                                                           \
-            const int64_t lab = nearest_two_direct_##SUFFIX(xi, d, CT, c_sq, kp, &p, &p2);     \
-            T dist = p + x_sq[i], dist2 = p2 + x_sq[i];                                        \
-            dist = dist < (T)0 ? (T)0 : dist;                                                  \
-            dist2 = dist2 < (T)0 ? (T)0 : dist2;                                               \
-            min_dist[i] = dist;                                                                \
-            upper[i] = (T)sqrt((double)dist) + 2 * margin;                                     \
-            lower[i] = (T)sqrt((double)dist2) - margin;                                        \
-            labels[i] = lab;                                                                   \
-            const double wi = w ? (double)w[i] : 1.0;                                          \
-            if (start)                                                                         \
-                add_row_##SUFFIX(num, den, xi, d, wi, lab, -1);                                \
-            else if (lab != old)                                                               \
-                add_row_##SUFFIX(num, den, xi, d, wi, lab, old);                               \
+            pending[waiting++] = i;                                                            \
+            if (waiting < ROWS) continue;                                                      \
+            relabel_##SUFFIX(X, d, x_sq, CT, c_sq, kp, w, labels, min_dist, upper, lower,      \
+                             margin, num, den, start, pending, waiting);                       \
+            waiting = 0;                                                                       \
         }                                                                                      \
+        if (waiting)                                                                           \
+            relabel_##SUFFIX(X, d, x_sq, CT, c_sq, kp, w, labels, min_dist, upper, lower,      \
+                             margin, num, den, start, pending, waiting);                       \
         return relabelled;                                                                     \
     }                                                                                          \
                                                                                                \

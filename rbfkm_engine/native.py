@@ -175,8 +175,9 @@ def library() -> ctypes.CDLL | None:
 @dataclass
 class Centres:
     """The centres as the kernel reads them: ``c_sq`` padded to ``width`` columns with
-    ``+inf`` (no minimum picks them) and, for direct distances, ``CT`` (``d x width``,
-    transposed, zero padding); ``CT`` is ``None`` where distances come from a GEMM."""
+    ``+inf`` (no minimum picks them) and, for direct distances, ``CT = -2 C^T`` (``d x
+    width``, zero padding; the GEMM's factor folded in, exactly); ``CT`` is ``None`` where
+    distances come from a GEMM."""
 
     c_sq: torch.Tensor
     CT: torch.Tensor | None
@@ -205,7 +206,7 @@ class LloydKernel:
         CT = None
         if self.direct(d):
             CT = torch.zeros((d, width), dtype=C.dtype)
-            CT[:, :k] = C.T
+            torch.mul(C.T, -2, out=CT[:, :k])
         return Centres(c_sq, CT, width)
 
     def block(
