@@ -219,10 +219,7 @@ def settle(ws: Workspace, C: torch.Tensor, tol: float) -> torch.Tensor:
     """Up to :data:`PATH_LLOYD_ITERATIONS` Lloyd iterations from ``C`` (empty clusters
     re-seeded, as Lloyd does); stops once the centres move less than ``tol``."""
     for iteration in range(PATH_LLOYD_ITERATIONS):
-        num, den, _ = ws.step(C, 0.0, "hard", warm=iteration > 0)
-        C_new, _ = ws.update(C, num, den)
-        shift = float(((C_new - C) ** 2).sum())
-        C = C_new
+        C, shift, _ = ws.lloyd_iteration(C, warm=iteration > 0)
         if shift <= tol:
             break
     return C

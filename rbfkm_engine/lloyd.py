@@ -46,10 +46,7 @@ def lloyd(
     room = max(1, budget.max_iter - budget.lloyd_from)
     last = None
     while not budget.exhausted:
-        num, den, last = ws.step(C, 0.0, "hard", warm=iters > 0)
-        C_new, _ = ws.update(C, num, den)
-        shift = float(((C_new - C) ** 2).sum())
-        C = C_new
+        C, shift, last = ws.lloyd_iteration(C, warm=iters > 0)
         iters += 1
         done = (budget.n_iter + 1 - budget.lloyd_from) / room
         budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * done, phase)

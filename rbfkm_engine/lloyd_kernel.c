@@ -13,9 +13,12 @@
  * Modes: 0 adds every row to the sums of its new cluster; 1 moves the rows whose label
  * changed between the sums (the caller keeps sums between passes); 2 labels only.
  * Sums are float64 whatever the data's type. lloyd_bounded is the same pass with Hamerly's
- * bounds (rbfkm_engine/bounds.py); row_minima and entmax15_rows serve the soft passes.
+ * bounds (rbfkm_engine/bounds.py); lloyd_iteration is a pass and its M-step in one call
+ * (for small data, where the ops around a pass cost more than the pass); row_minima and
+ * entmax15_rows serve the soft passes.
  * No allocation, no global state: blocks run on the caller's threads at once.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +29,7 @@
 #define ROWS 4
 #define GROUPS 2
 
-#define LLOYD_KERNELS(T, V, I, LANES, SUFFIX)                                                  \
+#define LLOYD_KERNELS(T, V, I, LANES, SUFFIX, TINY)                                            \
     typedef T V __attribute__((vector_size(sizeof(T) * LANES)));                               \
     typedef I V##_index __attribute__((vector_size(sizeof(T) * LANES)));                       \
                                                                                                \
@@ -217,6 +220,41 @@
         }                                                                                      \
         *inertia = total;                                                                      \
         return moved;                                                                          \
+    }                                                                                          \
+                                                                                               \
+    /* A whole Lloyd iteration on one block: the pass (lloyd_block, its arguments), then the   \
+     * M-step as the workspace makes it from the float64 sums: a cluster whose weight is at    \
+     * most den_floor is empty, the others' centres C_new = (T)num / (T)den. Returns the       \
+     * empty clusters (their rows of C_new are not written: the caller re-seeds them);         \
+     * *shift gets sum ||C_new - C||^2 over the others, in float64. */                         \
+    int64_t lloyd_iteration_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                \
+                                     const T *restrict x_sq, const T *restrict CT,             \
+                                     const T *restrict c_sq, int64_t kp, const T *restrict D,  \
+                                     int64_t ldd, const T *restrict w,                         \
+                                     int64_t *restrict labels, T *restrict min_dist,           \
+                                     double *restrict num, double *restrict den, int mode,     \
+                                     const T *restrict C, int64_t k, double den_floor,         \
+                                     T *restrict C_new, double *inertia, double *shift) {      \
+        lloyd_block_##SUFFIX(X, m, d, x_sq, CT, c_sq, kp, D, ldd, w, labels, min_dist, num,    \
+                             den, mode, inertia);                                              \
+        int64_t empty = 0;                                                                     \
+        double moved = 0.0;                                                                    \
+        for (int64_t j = 0; j < k; j++) {                                                      \
+            T weight = den[j] > den_floor ? (T)den[j] : (T)0;                                  \
+            if (weight <= (T)0) {                                                              \
+                empty++;                                                                       \
+                continue;                                                                      \
+            }                                                                                  \
+            weight = weight < TINY ? TINY : weight;                                            \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                const T c = (T)num[j * d + t] / weight;                                        \
+                const double step = (double)c - (double)C[j * d + t];                          \
+                C_new[j * d + t] = c;                                                          \
+                moved += step * step;                                                          \
+            }                                                                                  \
+        }                                                                                      \
+        *shift = moved;                                                                        \
+        return empty;                                                                          \
     }                                                                                          \
                                                                                                \
     /* Whether row i's bounds, moved by the centres' drift (lloyd_bounded), still show its     \
@@ -425,8 +463,8 @@
 ENTMAX15_ROWS(float, f32)
 ENTMAX15_ROWS(double, f64)
 
-LLOYD_KERNELS(float, vfloat, int32_t, 8, f32)
-LLOYD_KERNELS(double, vdouble, int64_t, 4, f64)
+LLOYD_KERNELS(float, vfloat, int32_t, 8, f32, FLT_MIN)
+LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
 
 /* The number of columns the kernels read at a time: kp and ldd are multiples of it. */
 int64_t lloyd_lanes(void) { return 8; }

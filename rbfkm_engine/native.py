@@ -165,6 +165,9 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 8, _SCALAR[dtype], _P, _P]
                 fn.argtypes.append(ctypes.c_int)
+                fn = getattr(lib, f"lloyd_iteration_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [*_ARGTYPES[:-2], ctypes.c_int, _P, _I, ctypes.c_double, _P, _P, _P]
                 fn = getattr(lib, f"entmax15_rows_{suffix}")
                 fn.restype = None
                 fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
@@ -190,6 +193,7 @@ class LloydKernel:
     def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype) -> None:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
+        self._iteration = getattr(lib, f"lloyd_iteration_{_SUFFIX[dtype]}")
         self.dtype = dtype
 
     @staticmethod
@@ -197,14 +201,15 @@ class LloydKernel:
         """Whether rows of ``n_features`` get their distances in the kernel (no GEMM)."""
         return n_features <= DIRECT_MAX_FEATURES
 
-    def centres(self, C: torch.Tensor, width: int) -> Centres:
+    def centres(self, C: torch.Tensor, width: int, direct: bool | None = None) -> Centres:
         """``C`` laid out for the kernel, ``width`` columns (a multiple of :data:`LANES`,
-        at least ``k``)."""
+        at least ``k``), for direct distances as :meth:`direct` says or as ``direct``
+        says where it is given."""
         k, d = C.shape
         c_sq = torch.full((width,), float("inf"), dtype=C.dtype)
         c_sq[:k] = squared_norms(C)
         CT = None
-        if self.direct(d):
+        if self.direct(d) if direct is None else direct:
             CT = torch.zeros((d, width), dtype=C.dtype)
             torch.mul(C.T, -2, out=CT[:, :k])
         return Centres(c_sq, CT, width)
@@ -247,6 +252,55 @@ class LloydKernel:
             ctypes.byref(inertia),
         )
         return inertia.value
+
+    def iteration(
+        self,
+        X: torch.Tensor,
+        x_sq: torch.Tensor,
+        centres: Centres,
+        D: torch.Tensor | None,
+        w: torch.Tensor | None,
+        labels: torch.Tensor,
+        min_dist: torch.Tensor,
+        sums: tuple[torch.Tensor, torch.Tensor],
+        mode: int,
+        C: torch.Tensor,
+        den_floor: float,
+        C_new: torch.Tensor,
+    ) -> tuple[float, float, int]:
+        """A whole Lloyd iteration on one block (all of ``X``): :meth:`block` with the
+        float64 ``sums`` (``num``, ``den``), then the centres ``C_new`` (``k x d``,
+        contiguous) ``num / den`` in ``C``'s type, a cluster of weight at most
+        ``den_floor`` being empty (its row of ``C_new`` is left for the caller to re-seed).
+        Returns the pass's inertia, ``||C_new - C||^2`` over the clusters that are not
+        empty (float64) and the count of empty ones."""
+        inertia, shift = ctypes.c_double(), ctypes.c_double()
+        m, d = X.shape
+        num, den = sums
+        n_empty = self._iteration(
+            X.data_ptr(),
+            m,
+            d,
+            x_sq.data_ptr(),
+            None if centres.CT is None else centres.CT.data_ptr(),
+            centres.c_sq.data_ptr(),
+            centres.width,
+            None if D is None else D.data_ptr(),
+            0 if D is None else D.stride(0),
+            None if w is None else w.data_ptr(),
+            labels.data_ptr(),
+            min_dist.data_ptr(),
+            num.data_ptr(),
+            den.data_ptr(),
+            mode,
+            C.data_ptr(),
+            C.shape[0],
+            den_floor,
+            C_new.data_ptr(),
+            ctypes.byref(inertia),
+            ctypes.byref(shift),
+        )
+        return inertia.value, shift.value, int(n_empty)
 
     def bounded_block(
         self,

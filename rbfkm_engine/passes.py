@@ -40,6 +40,10 @@ T = TypeVar("T")
 
 #: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
 ROW_REDUCTION_WIDTH = 16
+#: A Lloyd iteration whose pass costs at most this many multiply-adds (rows x padded
+#: centres x features) runs whole in the kernel (:meth:`Workspace.lloyd_iteration`): there
+#: the dozen torch ops around a pass cost more than the pass itself.
+KERNEL_ITERATION_MAX_WORK = 1 << 22
 
 
 class Workspace:
@@ -490,6 +494,58 @@ class Workspace:
         for rows in self.chunks():
             D = self.distances(rows, C, c_sq.unsqueeze(0))
             self._min_dist[rows], self.labels[rows] = self._nearest(rows, D, None)
+
+    def lloyd_iteration(
+        self, C: torch.Tensor, warm: bool
+    ) -> tuple[torch.Tensor, float, IterationStats]:
+        """One Lloyd iteration from ``C``: a hard pass (``warm`` as :meth:`step`), then
+        the new centres (empty clusters re-seeded). Returns them, their squared shift from
+        ``C`` and the pass's statistics. Small data run it whole in the kernel."""
+        done = self._kernel_iteration(C, warm)
+        if done is not None:
+            return done
+        num, den, stats = self.step(C, 0.0, "hard", warm=warm)
+        C_new, _ = self.update(C, num, den)
+        return C_new, float(((C_new - C) ** 2).sum()), stats
+
+    def _kernel_iteration(
+        self, C: torch.Tensor, warm: bool
+    ) -> tuple[torch.Tensor, float, IterationStats] | None:
+        """:meth:`lloyd_iteration` in one call of the kernel, with the labels, distances
+        and kept sums of :meth:`step` and the centres of :meth:`update`; ``None`` where it
+        does not apply (no kernel, several blocks or shards, the sphere, a pass costing more
+        than :data:`KERNEL_ITERATION_MAX_WORK`). Its passes compute their distances
+        directly, whatever the features, and keep no bounds."""
+        kernel, (n, d), k = self.kernel, self.X.shape, C.shape[0]
+        width = row_reduction_width(k, C.device)
+        if kernel is None or self.sphere or self.reducer.active or n > self.chunk_size:
+            return None
+        if n * width * d > KERNEL_ITERATION_MAX_WORK:
+            return None
+        incremental = warm and self._hard_sums is not None
+        if incremental:
+            num, den = self._hard_sums
+        else:
+            num = torch.zeros(C.shape, dtype=torch.float64)
+            den = torch.zeros(k, dtype=torch.float64)
+        if self._bounds is not None:
+            self._bounds.forget()
+        centres = kernel.centres(C, width, direct=True)  # small: no GEMM to amortise
+        self.check()
+        C = C.contiguous()
+        C_new = torch.empty_like(C)
+        floor = 1e-12 * self.total_weight
+        inertia, shift, n_empty = kernel.iteration(
+            *(self.X, self.x_sq, centres, None, self.w, self.labels, self._min_dist),
+            *((num, den), MOVE if incremental else ADD, C, floor, C_new),
+        )
+        self._hard_sums = (num, den)
+        stats = IterationStats(inertia, inertia, 1.0, 0, 0.0, torch.zeros_like(den, dtype=C.dtype))
+        if n_empty:  # the centres as update() makes them, with its re-seeding
+            den_out = torch.where(den > floor, den, 0.0)
+            C_new, _ = self.update(C, num.to(C.dtype), den_out.to(C.dtype))
+            shift = float(((C_new - C) ** 2).sum())
+        return C_new, shift, stats
 
     def update(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True

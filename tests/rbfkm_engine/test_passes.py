@@ -5,15 +5,23 @@ last pass (or of a restored snapshot)."""
 from __future__ import annotations
 
 import math
+import os
+import shutil
 
+import numpy as np
 import pytest
 import torch
 from entmax import entmax15
 
+from rbfkm_engine import RBFKMeans, native, passes
 from rbfkm_engine.passes import ROW_REDUCTION_WIDTH, Workspace, row_reduction_width
 from rbfkm_engine.progress import FitInterrupted
 
 from .conftest import blob_tensor
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler"
+)
 
 BLOBS = [[-5.0, 0.0, 0.0], [5.0, 0.0, 1.0], [0.0, 6.0, -1.0], [0.0, -6.0, 0.0], [3.0, 3.0, 3.0]]
 
@@ -332,3 +340,74 @@ def test_every_block_of_a_pass_is_checked_and_a_stop_ends_it() -> None:
     with pytest.raises(FitInterrupted):
         stopping.hard_labels(X[[0, 150]].clone())
     assert len(calls) == 2
+
+
+def lloyd_iterations(
+    X: torch.Tensor, w: torch.Tensor | None, C: torch.Tensor, in_kernel: bool, monkeypatch
+) -> tuple[torch.Tensor, Workspace, list[tuple[float, float]], int]:
+    """Six Lloyd iterations from ``C``, whole in the kernel or as a pass and an update;
+    the centres, the workspace, each iteration's (shift, inertia) and the kernel's calls."""
+    limit = passes.KERNEL_ITERATION_MAX_WORK if in_kernel else 0
+    monkeypatch.setattr(passes, "KERNEL_ITERATION_MAX_WORK", limit)
+    calls = []
+    iteration = native.LloydKernel.iteration
+    monkeypatch.setattr(
+        native.LloydKernel, "iteration", lambda *a, **kw: calls.append(1) or iteration(*a, **kw)
+    )
+    ws = Workspace(X, w, C.shape[0], chunk_size=4096)
+    assert ws.kernel is not None
+    history = []
+    for it in range(6):
+        C, shift, stats = ws.lloyd_iteration(C, warm=it > 0)
+        history.append((shift, stats.inertia))
+    return C, ws, history, len(calls)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [3, 40])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_lloyd_iteration_in_the_kernel_equals_a_pass_and_an_update(
+    dtype: torch.dtype, d: int, weighted: bool, monkeypatch
+) -> None:
+    gen = torch.Generator().manual_seed(d)
+    X = torch.randn(600, d, generator=gen, dtype=dtype)
+    w = weights(600).to(dtype) if weighted else None
+    C0 = X[:7].clone()
+    C1, ws1, history1, calls1 = lloyd_iterations(X, w, C0, True, monkeypatch)
+    C2, ws2, history2, calls2 = lloyd_iterations(X, w, C0, False, monkeypatch)
+    assert (calls1, calls2) == (6, 0)
+    assert torch.equal(ws1.labels, ws2.labels)
+    # The same labels give the same float64 sums up to their grouping (a pass's moves are
+    # added to the kept sums one by one, or summed per block first), so the same centres.
+    torch.testing.assert_close(C1, C2, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ws1.min_dist, ws2.min_dist)
+    for (shift1, inertia1), (shift2, inertia2) in zip(history1, history2, strict=True):
+        assert shift1 == pytest.approx(shift2, rel=1e-5, abs=1e-12)
+        assert inertia1 == pytest.approx(inertia2, rel=1e-6)
+
+
+@needs_compiler
+def test_a_kernel_iteration_reseeds_an_empty_cluster_as_update_does(monkeypatch) -> None:
+    X = data()
+    C0 = torch.cat([bad_centres(X, 4), torch.full((1, 3), 100.0)])  # the last one gets none
+    C1, ws1, history1, calls1 = lloyd_iterations(X, None, C0, True, monkeypatch)
+    C2, ws2, history2, _ = lloyd_iterations(X, None, C0, False, monkeypatch)
+    assert calls1 == 6
+    assert not bool((C1 == 100.0).any())  # re-seeded on the first iteration
+    assert torch.equal(ws1.labels, ws2.labels)
+    torch.testing.assert_close(C1, C2)
+    assert [h[1] for h in history1] == pytest.approx([h[1] for h in history2], rel=1e-6)
+
+
+@needs_compiler
+@pytest.mark.parametrize("assignment", ["hard", "entmax15"])
+def test_a_small_fit_is_the_same_with_lloyd_in_the_kernel(assignment: str, monkeypatch) -> None:
+    X = np.random.default_rng(3).normal(size=(400, 6)).astype(np.float32)
+    fits = []
+    for limit in (passes.KERNEL_ITERATION_MAX_WORK, 0):
+        monkeypatch.setattr(passes, "KERNEL_ITERATION_MAX_WORK", limit)
+        fits.append(RBFKMeans(8, assignment=assignment, random_state=0).fit(X))
+    assert np.array_equal(fits[0].labels_, fits[1].labels_)
+    np.testing.assert_allclose(fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=1e-6)
+    assert fits[0].inertia_ == pytest.approx(fits[1].inertia_, rel=1e-6)
