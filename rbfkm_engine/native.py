@@ -187,6 +187,19 @@ class Centres:
     width: int
 
 
+@dataclass
+class Rows:
+    """A block of rows as the kernel reads and writes them: ``X`` (``m x d``, rows
+    contiguous), their squared norms ``x_sq`` and weights ``w`` (``None``: all 1), and
+    the per-row outputs ``labels`` (in: the last pass's) and ``min_dist``."""
+
+    X: torch.Tensor
+    x_sq: torch.Tensor
+    w: torch.Tensor | None
+    labels: torch.Tensor
+    min_dist: torch.Tensor
+
+
 class LloydKernel:
     """The kernel for one fit's data type."""
 
@@ -216,13 +229,9 @@ class LloydKernel:
 
     def block(
         self,
-        X: torch.Tensor,
-        x_sq: torch.Tensor,
+        rows: Rows,
         centres: Centres,
         D: torch.Tensor | None,
-        w: torch.Tensor | None,
-        labels: torch.Tensor,
-        min_dist: torch.Tensor,
         num: torch.Tensor | None,
         den: torch.Tensor | None,
         mode: int,
@@ -232,67 +241,29 @@ class LloydKernel:
         partial distances (``c_sq - 2 X C^T``, ``centres.width`` columns, padding
         ``+inf``) where the centres carry no ``CT``."""
         inertia = ctypes.c_double()
-        m, d = X.shape
-        self._fn(
-            X.data_ptr(),
-            m,
-            d,
-            x_sq.data_ptr(),
-            None if centres.CT is None else centres.CT.data_ptr(),
-            centres.c_sq.data_ptr(),
-            centres.width,
-            None if D is None else D.data_ptr(),
-            0 if D is None else D.stride(0),
-            None if w is None else w.data_ptr(),
-            labels.data_ptr(),
-            min_dist.data_ptr(),
-            None if num is None else num.data_ptr(),
-            None if den is None else den.data_ptr(),
-            mode,
-            ctypes.byref(inertia),
-        )
+        self._fn(*_pass_args(rows, centres, D, (num, den), mode), ctypes.byref(inertia))
         return inertia.value
 
     def iteration(
         self,
-        X: torch.Tensor,
-        x_sq: torch.Tensor,
+        rows: Rows,
         centres: Centres,
         D: torch.Tensor | None,
-        w: torch.Tensor | None,
-        labels: torch.Tensor,
-        min_dist: torch.Tensor,
         sums: tuple[torch.Tensor, torch.Tensor],
         mode: int,
         C: torch.Tensor,
         den_floor: float,
         C_new: torch.Tensor,
     ) -> tuple[float, float, int]:
-        """A whole Lloyd iteration on one block (all of ``X``): :meth:`block` with the
+        """A whole Lloyd iteration on one block (all the rows): :meth:`block` with the
         float64 ``sums`` (``num``, ``den``), then the centres ``C_new`` (``k x d``,
         contiguous) ``num / den`` in ``C``'s type, a cluster of weight at most
         ``den_floor`` being empty (its row of ``C_new`` is left for the caller to re-seed).
         Returns the pass's inertia, ``||C_new - C||^2`` over the clusters that are not
         empty (float64) and the count of empty ones."""
         inertia, shift = ctypes.c_double(), ctypes.c_double()
-        m, d = X.shape
-        num, den = sums
         n_empty = self._iteration(
-            X.data_ptr(),
-            m,
-            d,
-            x_sq.data_ptr(),
-            None if centres.CT is None else centres.CT.data_ptr(),
-            centres.c_sq.data_ptr(),
-            centres.width,
-            None if D is None else D.data_ptr(),
-            0 if D is None else D.stride(0),
-            None if w is None else w.data_ptr(),
-            labels.data_ptr(),
-            min_dist.data_ptr(),
-            num.data_ptr(),
-            den.data_ptr(),
-            mode,
+            *_pass_args(rows, centres, D, sums, mode),
             C.data_ptr(),
             C.shape[0],
             den_floor,
@@ -304,12 +275,8 @@ class LloydKernel:
 
     def bounded_block(
         self,
-        X: torch.Tensor,
-        x_sq: torch.Tensor,
+        rows: Rows,
         centres: Centres,
-        w: torch.Tensor | None,
-        labels: torch.Tensor,
-        min_dist: torch.Tensor,
         bounds: tuple[torch.Tensor, torch.Tensor],
         drift: Drift | None,
         margin: float,
@@ -322,18 +289,18 @@ class LloydKernel:
         ``drift`` only the rows whose moved bounds fail are labelled again (their
         ``min_dist`` written) and moved between the sums. Returns the rows labelled."""
         assert centres.CT is not None
-        m, d = X.shape
+        m, d = rows.X.shape
         return self._bounded(
-            X.data_ptr(),
+            rows.X.data_ptr(),
             m,
             d,
-            x_sq.data_ptr(),
+            rows.x_sq.data_ptr(),
             centres.CT.data_ptr(),
             centres.c_sq.data_ptr(),
             centres.width,
-            None if w is None else w.data_ptr(),
-            labels.data_ptr(),
-            min_dist.data_ptr(),
+            None if rows.w is None else rows.w.data_ptr(),
+            rows.labels.data_ptr(),
+            rows.min_dist.data_ptr(),
             bounds[0].data_ptr(),
             bounds[1].data_ptr(),
             None if drift is None else drift.own.data_ptr(),
@@ -344,6 +311,35 @@ class LloydKernel:
             den.data_ptr(),
             1 if drift is None else 0,
         )
+
+
+def _pass_args(
+    rows: Rows,
+    centres: Centres,
+    D: torch.Tensor | None,
+    sums: tuple[torch.Tensor | None, torch.Tensor | None],
+    mode: int,
+) -> list[int | None]:
+    """The arguments of ``lloyd_block`` up to its mode (``lloyd_iteration`` starts alike)."""
+    m, d = rows.X.shape
+    num, den = sums
+    return [
+        rows.X.data_ptr(),
+        m,
+        d,
+        rows.x_sq.data_ptr(),
+        None if centres.CT is None else centres.CT.data_ptr(),
+        centres.c_sq.data_ptr(),
+        centres.width,
+        None if D is None else D.data_ptr(),
+        0 if D is None else D.stride(0),
+        None if rows.w is None else rows.w.data_ptr(),
+        rows.labels.data_ptr(),
+        rows.min_dist.data_ptr(),
+        None if num is None else num.data_ptr(),
+        None if den is None else den.data_ptr(),
+        mode,
+    ]
 
 
 def lloyd_kernel(X: torch.Tensor, sample_weight: torch.Tensor | None) -> LloydKernel | None:

@@ -29,7 +29,7 @@ from .blocks import iter_chunks
 from .bounds import Bounds
 from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
-from .native import ADD, LABEL, MOVE, Centres, LloydKernel, lloyd_kernel
+from .native import ADD, LABEL, MOVE, Centres, LloydKernel, Rows, lloyd_kernel
 from .nearest import nearest
 from .parallel import BlockPool
 from .progress import Interrupt, IterationStats, interrupter
@@ -166,6 +166,16 @@ class Workspace:
     def weights(self, rows: slice) -> torch.Tensor | None:
         """The block's sample weights (``None``: all 1)."""
         return None if self.w is None else self.w[rows]
+
+    def _rows(self, rows: slice) -> Rows:
+        """The block as the kernel reads and writes it."""
+        return Rows(
+            self.X[rows],
+            self.x_sq[rows],
+            self.weights(rows),
+            self.labels[rows],
+            self._min_dist[rows],
+        )
 
     # ------------------------------------------------------------------ blocks
     def _reused_block(self, name: str, m: int, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -367,18 +377,7 @@ class Workspace:
             D = None if centres.CT is not None else self.padded_distances(rows, C, c_sq)
             part_num = None if num is None else torch.zeros_like(num)
             part_den = None if den is None else torch.zeros_like(den)
-            inertia = kernel.block(
-                self.X[rows],
-                self.x_sq[rows],
-                centres,
-                D,
-                self.weights(rows),
-                self.labels[rows],
-                self._min_dist[rows],
-                part_num,
-                part_den,
-                mode,
-            )
+            inertia = kernel.block(self._rows(rows), centres, D, part_num, part_den, mode)
             return inertia, part_num, part_den
 
         total = 0.0
@@ -423,12 +422,8 @@ class Workspace:
             part_num, part_den = torch.zeros_like(num), torch.zeros_like(den)
             wc = self.weights(rows)
             kernel.bounded_block(
-                self.X[rows],
-                self.x_sq[rows],
+                self._rows(rows),
                 centres,
-                wc,
-                self.labels[rows],
-                self._min_dist[rows],
                 (bounds.upper[rows], bounds.lower[rows]),
                 drift,
                 bounds.margin,
@@ -536,8 +531,8 @@ class Workspace:
         C_new = torch.empty_like(C)
         floor = 1e-12 * self.total_weight
         inertia, shift, n_empty = kernel.iteration(
-            *(self.X, self.x_sq, centres, None, self.w, self.labels, self._min_dist),
-            *((num, den), MOVE if incremental else ADD, C, floor, C_new),
+            *(self._rows(slice(0, n)), centres, None, (num, den)),
+            *(MOVE if incremental else ADD, C, floor, C_new),
         )
         self._hard_sums = (num, den)
         stats = IterationStats(inertia, inertia, 1.0, 0, 0.0, torch.zeros_like(den, dtype=C.dtype))

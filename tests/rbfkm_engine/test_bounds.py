@@ -101,16 +101,12 @@ def test_unmoved_centres_relabel_almost_no_row() -> None:
     labels = torch.zeros(20000, dtype=torch.long)
     min_dist = torch.empty(20000)
     num, den = torch.zeros(16, 4, dtype=torch.float64), torch.zeros(16, dtype=torch.float64)
-    x_sq = X.square().sum(dim=1)
-    first = kernel.bounded_block(
-        X, x_sq, centres, None, labels, min_dist, (b.upper, b.lower), None, b.margin, num, den
-    )
+    rows = native.Rows(X, X.square().sum(dim=1), None, labels, min_dist)
+    first = kernel.bounded_block(rows, centres, (b.upper, b.lower), None, b.margin, num, den)
     assert first == 20000
     assert torch.equal(labels, torch.cdist(X, C).argmin(dim=1))
     drift = b.drift(C.clone())
-    again = kernel.bounded_block(
-        X, x_sq, centres, None, labels, min_dist, (b.upper, b.lower), drift, b.margin, num, den
-    )
+    again = kernel.bounded_block(rows, centres, (b.upper, b.lower), drift, b.margin, num, den)
     assert again <= 2000  # only rows within a few margins of a tie
     assert torch.equal(labels, torch.cdist(X, C).argmin(dim=1))
     torch.testing.assert_close(den.sum(), torch.tensor(20000.0, dtype=torch.float64))

@@ -50,7 +50,7 @@ def run_block(
         torch.addmm(centres.c_sq[:k].unsqueeze(0), X, C.T, alpha=-2.0, out=D[:, :k])
     min_dist = torch.empty(X.shape[0], dtype=X.dtype)
     x_sq = X.square().sum(dim=1)
-    inertia = kernel.block(X, x_sq, centres, D, w, labels, min_dist, num, den, mode)
+    inertia = kernel.block(native.Rows(X, x_sq, w, labels, min_dist), centres, D, num, den, mode)
     return min_dist, inertia
 
 
