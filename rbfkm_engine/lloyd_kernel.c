@@ -226,17 +226,33 @@
      * M-step as the workspace makes it from the float64 sums: a cluster whose weight is at    \
      * most den_floor is empty, the others' centres C_new = (T)num / (T)den. Returns the       \
      * empty clusters (their rows of C_new are not written: the caller re-seeds them);         \
-     * *shift gets sum ||C_new - C||^2 over the others, in float64. */                         \
+     * *shift gets sum ||C_new - C||^2 over the others, in float64. *inertia is the pass's,    \
+     * from the sums: sum_sq (sum_i w_i ||x_i||^2) - 2 sum_j c_j . num_j + sum_j den_j         \
+     * ||c_j||^2, not from the rows' distances, which carry the T rounding of the expansion    \
+     * (about eps ||x||^2 a row: more than a tight fit's inertia can bear). */                 \
     int64_t lloyd_iteration_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                \
                                      const T *restrict x_sq, const T *restrict CT,             \
                                      const T *restrict c_sq, int64_t kp, const T *restrict D,  \
                                      int64_t ldd, const T *restrict w,                         \
                                      int64_t *restrict labels, T *restrict min_dist,           \
                                      double *restrict num, double *restrict den, int mode,     \
-                                     const T *restrict C, int64_t k, double den_floor,         \
-                                     T *restrict C_new, double *inertia, double *shift) {      \
+                                     const T *restrict C, int64_t k, double sum_sq,            \
+                                     double den_floor, T *restrict C_new, double *inertia,     \
+                                     double *shift) {                                          \
         lloyd_block_##SUFFIX(X, m, d, x_sq, CT, c_sq, kp, D, ldd, w, labels, min_dist, num,    \
                              den, mode, inertia);                                              \
+        double cross = 0.0, spread = 0.0; /* the inertia from the sums (see the comment) */    \
+        for (int64_t j = 0; j < k; j++) {                                                      \
+            double c_sq_j = 0.0;                                                               \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                const double c = (double)C[j * d + t];                                         \
+                c_sq_j += c * c;                                                               \
+                cross += c * num[j * d + t];                                                   \
+            }                                                                                  \
+            spread += den[j] * c_sq_j;                                                         \
+        }                                                                                      \
+        const double from_sums = sum_sq - 2.0 * cross + spread;                                \
+        *inertia = from_sums > 0.0 ? from_sums : 0.0;                                          \
         int64_t empty = 0;                                                                     \
         double moved = 0.0;                                                                    \
         for (int64_t j = 0; j < k; j++) {                                                      \

@@ -167,7 +167,8 @@ def library() -> ctypes.CDLL | None:
                 fn.argtypes.append(ctypes.c_int)
                 fn = getattr(lib, f"lloyd_iteration_{suffix}")
                 fn.restype = ctypes.c_int64
-                fn.argtypes = [*_ARGTYPES[:-2], ctypes.c_int, _P, _I, ctypes.c_double, _P, _P, _P]
+                fn.argtypes = [*_ARGTYPES[:-2], ctypes.c_int, _P, _I, *[ctypes.c_double] * 2]
+                fn.argtypes += [_P, _P, _P]
                 fn = getattr(lib, f"entmax15_rows_{suffix}")
                 fn.restype = None
                 fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
@@ -252,6 +253,7 @@ class LloydKernel:
         sums: tuple[torch.Tensor, torch.Tensor],
         mode: int,
         C: torch.Tensor,
+        sum_sq: float,
         den_floor: float,
         C_new: torch.Tensor,
     ) -> tuple[float, float, int]:
@@ -259,13 +261,15 @@ class LloydKernel:
         float64 ``sums`` (``num``, ``den``), then the centres ``C_new`` (``k x d``,
         contiguous) ``num / den`` in ``C``'s type, a cluster of weight at most
         ``den_floor`` being empty (its row of ``C_new`` is left for the caller to re-seed).
-        Returns the pass's inertia, ``||C_new - C||^2`` over the clusters that are not
-        empty (float64) and the count of empty ones."""
+        Returns the pass's inertia (from the sums and ``sum_sq = sum_i w_i ||x_i||^2``, in
+        float64), ``||C_new - C||^2`` over the clusters that are not empty (float64) and
+        the count of empty ones."""
         inertia, shift = ctypes.c_double(), ctypes.c_double()
         n_empty = self._iteration(
             *_pass_args(rows, centres, D, sums, mode),
             C.data_ptr(),
             C.shape[0],
+            sum_sq,
             den_floor,
             C_new.data_ptr(),
             ctypes.byref(inertia),

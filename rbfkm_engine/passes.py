@@ -450,15 +450,19 @@ class Workspace:
         """``sum_i w_i ||x_i - c_(label i)||^2`` from the float64 sums of the labels:
         ``sum w ||x||^2 - 2 sum_j c_j . num_j + sum_j den_j ||c_j||^2`` (the data are
         centred, so the cancellation costs a few of float64's digits)."""
+        Cd = C.double()
+        spread = (den * Cd.square().sum(dim=1)).sum()
+        return (self._weighted_sum_sq() - 2.0 * (Cd * num).sum() + spread).clamp_min(0.0)
+
+    def _weighted_sum_sq(self) -> torch.Tensor:
+        """``sum_i w_i ||x_i||^2`` in float64 (a float64 tensor), made once per fit."""
         if self._sum_sq is None:
-            total = torch.zeros((), dtype=torch.float64, device=C.device)
+            total = torch.zeros((), dtype=torch.float64, device=self.X.device)
             for rows in self.chunks():
                 squares = self.X[rows].double().square().sum(dim=1)
                 total += weighted_sum(squares, self.weights(rows))
             self._sum_sq = total
-        Cd = C.double()
-        spread = (den * Cd.square().sum(dim=1)).sum()
-        return (self._sum_sq - 2.0 * (Cd * num).sum() + spread).clamp_min(0.0)
+        return self._sum_sq
 
     def _whole_hard_pass(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, incremental: bool
@@ -510,7 +514,10 @@ class Workspace:
         and kept sums of :meth:`step` and the centres of :meth:`update`; ``None`` where it
         does not apply (no kernel, several blocks or shards, the sphere, a pass costing more
         than :data:`KERNEL_ITERATION_MAX_WORK`). Its passes compute their distances
-        directly, whatever the features, and keep no bounds."""
+        directly, whatever the features, and keep no bounds; their inertia comes from the
+        float64 sums, as a bounded pass's does (the rows' float32 distances carry more
+        rounding than a tight fit's inertia can bear, and the local search compares
+        inertias to within :data:`~rbfkm_engine.swaps.SWAP_MIN_GAIN`)."""
         kernel, (n, d), k = self.kernel, self.X.shape, C.shape[0]
         width = row_reduction_width(k, C.device)
         if kernel is None or self.sphere or self.reducer.active or n > self.chunk_size:
@@ -532,7 +539,7 @@ class Workspace:
         floor = 1e-12 * self.total_weight
         inertia, shift, n_empty = kernel.iteration(
             *(self._rows(slice(0, n)), centres, None, (num, den)),
-            *(MOVE if incremental else ADD, C, floor, C_new),
+            *(MOVE if incremental else ADD, C, float(self._weighted_sum_sq()), floor, C_new),
         )
         self._hard_sums = (num, den)
         stats = IterationStats(inertia, inertia, 1.0, 0, 0.0, torch.zeros_like(den, dtype=C.dtype))

@@ -388,6 +388,22 @@ def test_a_lloyd_iteration_in_the_kernel_equals_a_pass_and_an_update(
 
 
 @needs_compiler
+def test_a_kernel_iterations_inertia_is_exact_on_a_tight_fit() -> None:
+    # Two tight clusters at +-10 (centred data, as a fit's are): float32 distances from the
+    # expansion carry about eps * ||x||^2 = 1e-5 a row, more than this inertia's share of
+    # a row (4e-6); the sums' float64 carries about 1e-16 * sum ||x||^2.
+    gen = torch.Generator().manual_seed(4)
+    X = torch.randn(500, 4, generator=gen) * 1e-3 + 5.0
+    X[::2] -= 10.0
+    C = torch.stack([X[0], X[1]])
+    ws = Workspace(X, None, 2, chunk_size=4096)
+    _, _, stats = ws.lloyd_iteration(C, warm=False)
+    exact = float(((X.double() - C.double()[ws.labels]) ** 2).sum())
+    assert stats.inertia == pytest.approx(exact, rel=1e-7)
+    assert float(ws.min_dist.double().sum()) != pytest.approx(exact, rel=1e-3)  # the rows
+
+
+@needs_compiler
 def test_a_kernel_iteration_reseeds_an_empty_cluster_as_update_does(monkeypatch) -> None:
     X = data()
     C0 = torch.cat([bad_centres(X, 4), torch.full((1, 3), 100.0)])  # the last one gets none
@@ -400,14 +416,28 @@ def test_a_kernel_iteration_reseeds_an_empty_cluster_as_update_does(monkeypatch)
     assert [h[1] for h in history1] == pytest.approx([h[1] for h in history2], rel=1e-6)
 
 
+SIX_POINTS = [[0.0, 0.1], [0.2, 0.0], [5.0, 5.1], [5.2, 4.9], [9.8, 0.1], [10.1, 0.0]]
+
+
 @needs_compiler
-@pytest.mark.parametrize("assignment", ["hard", "entmax15"])
-def test_a_small_fit_is_the_same_with_lloyd_in_the_kernel(assignment: str, monkeypatch) -> None:
-    X = np.random.default_rng(3).normal(size=(400, 6)).astype(np.float32)
+@pytest.mark.parametrize(
+    ("data", "k", "assignment"),
+    [("normal", 8, "hard"), ("normal", 8, "entmax15"), ("six", 3, "entmax15")],
+)
+def test_a_small_fit_is_the_same_with_lloyd_in_the_kernel(
+    data: str, k: int, assignment: str, monkeypatch
+) -> None:
+    # "six": the README's session, whose tight clusters once made the local search take
+    # every trial for a gain of the kernel's rounding until max_iter ran out.
+    if data == "six":
+        X = np.array(SIX_POINTS, dtype=np.float32)
+    else:
+        X = np.random.default_rng(3).normal(size=(400, 6)).astype(np.float32)
     fits = []
     for limit in (passes.KERNEL_ITERATION_MAX_WORK, 0):
         monkeypatch.setattr(passes, "KERNEL_ITERATION_MAX_WORK", limit)
-        fits.append(RBFKMeans(8, assignment=assignment, random_state=0).fit(X))
+        fits.append(RBFKMeans(k, assignment=assignment, random_state=0).fit(X))
+    assert fits[0].n_iter_ == fits[1].n_iter_ < 100
     assert np.array_equal(fits[0].labels_, fits[1].labels_)
     np.testing.assert_allclose(fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=1e-6)
     assert fits[0].inertia_ == pytest.approx(fits[1].inertia_, rel=1e-6)
