@@ -44,6 +44,9 @@ ROW_REDUCTION_WIDTH = 16
 #: centres x features) runs whole in the kernel (:meth:`Workspace.lloyd_iteration`): there
 #: the dozen torch ops around a pass cost more than the pass itself.
 KERNEL_ITERATION_MAX_WORK = 1 << 22
+#: A cluster whose weight in Lloyd's kept sums is at most this fraction of the total is
+#: empty: what is left is the rounding residue of the weights of the rows that left it.
+EMPTY_WEIGHT_FRACTION = 1e-12
 
 
 class Workspace:
@@ -318,8 +321,7 @@ class Workspace:
         total = float(inertia)
         zeros = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
         stats = IterationStats(total, total, 1.0, 0, 0.0, zeros)
-        # A cluster that lost all its points can keep a rounding residue of its weights.
-        den_out = torch.where(den > 1e-12 * self.total_weight, den, 0.0)
+        den_out = torch.where(den > EMPTY_WEIGHT_FRACTION * self.total_weight, den, 0.0)
         return num.to(C.dtype), den_out.to(C.dtype), stats
 
     def _blocked_hard_pass(
@@ -522,7 +524,7 @@ class Workspace:
         width = row_reduction_width(k, C.device)
         if kernel is None or self.sphere or self.reducer.active or n > self.chunk_size:
             return None
-        if n * width * d > KERNEL_ITERATION_MAX_WORK:
+        if n * width * d > KERNEL_ITERATION_MAX_WORK or C.dtype != self.X.dtype:
             return None
         incremental = warm and self._hard_sums is not None
         if incremental:
@@ -536,7 +538,7 @@ class Workspace:
         self.check()
         C = C.contiguous()
         C_new = torch.empty_like(C)
-        floor = 1e-12 * self.total_weight
+        floor = EMPTY_WEIGHT_FRACTION * self.total_weight
         inertia, shift, n_empty = kernel.iteration(
             *(self._rows(slice(0, n)), centres, None, (num, den)),
             *(MOVE if incremental else ADD, C, float(self._weighted_sum_sq()), floor, C_new),
