@@ -7,10 +7,12 @@ dispatch cost; on few features the sweeps, not the arithmetic, set the pace.
 ties, as ``argmin``), its squared distance and its share of the M-step sums, with the
 distances computed in registers when the rows have at most :data:`DIRECT_MAX_FEATURES`
 features, else read from the block's GEMM; on few features it also keeps Hamerly's
-bounds (:mod:`~rbfkm_engine.bounds`). The same library serves the annealing's soft passes:
-row minima with their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the
-soft rows (:func:`entmax15_rows`). The blocks still run on the fit's
-:class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the GIL during a call).
+bounds (:mod:`~rbfkm_engine.bounds`). On small data a whole Lloyd iteration, the pass and
+its M-step, is one call (:meth:`LloydKernel.iteration`). The same library serves the
+annealing's soft passes: row minima with their entmax15 candidate counts
+(:func:`row_minima`) and entmax15 of the soft rows (:func:`entmax15_rows`). The blocks
+still run on the fit's :class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the
+GIL during a call).
 
 The library is built with the system's C compiler (``$CC``, else ``cc``) for the machine it
 runs on, once, into a per-user cache (``$RBFKM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rbfkm``
