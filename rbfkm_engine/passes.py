@@ -295,13 +295,7 @@ class Workspace:
         corrected by the moved points' contributions: the pass costs the distance GEMM and
         a row minimum, not a scatter of every point.
         """
-        incremental = warm and self._hard_sums is not None
-        if incremental:
-            num, den = self._hard_sums
-        else:
-            dtype = C.dtype if self.kernel is None else torch.float64  # the kernel's sums
-            num = torch.zeros(C.shape, dtype=dtype, device=C.device)
-            den = torch.zeros(C.shape[0], dtype=dtype, device=C.device)
+        num, den, incremental = self._lloyd_sums(C, warm)
         try:
             if self.whole_passes:
                 inertia = self._whole_hard_pass(C, num, den, incremental)
@@ -318,11 +312,31 @@ class Workspace:
         # The kept sums are the shard's own (its moved points correct them); the centres
         # need every shard's.
         num, den, inertia = self.reducer.sum_many(num, den, inertia)
-        total = float(inertia)
-        zeros = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
-        stats = IterationStats(total, total, 1.0, 0, 0.0, zeros)
-        den_out = torch.where(den > EMPTY_WEIGHT_FRACTION * self.total_weight, den, 0.0)
-        return num.to(C.dtype), den_out.to(C.dtype), stats
+        return (*self._sums_for_update(C, num, den), _hard_stats(float(inertia), C))
+
+    def _lloyd_sums(self, C: torch.Tensor, warm: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """The sums a Lloyd pass at ``C`` corrects (the kept ones, when ``warm`` and there
+        are some) or fills (zeros; float64 for the kernel), and whether they are kept."""
+        if warm and self._hard_sums is not None:
+            return (*self._hard_sums, True)
+        dtype = C.dtype if self.kernel is None else torch.float64  # the kernel's sums
+        num = torch.zeros(C.shape, dtype=dtype, device=C.device)
+        den = torch.zeros(C.shape[0], dtype=dtype, device=C.device)
+        return num, den, False
+
+    @property
+    def _empty_weight(self) -> float:
+        """A cluster of at most this weight in the kept sums is empty (see
+        :data:`EMPTY_WEIGHT_FRACTION`)."""
+        return EMPTY_WEIGHT_FRACTION * self.total_weight
+
+    def _sums_for_update(
+        self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kept float64 sums as :meth:`update` takes them: in ``C``'s type, an empty
+        cluster's weight 0."""
+        den_out = torch.where(den > self._empty_weight, den, 0.0)
+        return num.to(C.dtype), den_out.to(C.dtype)
 
     def _blocked_hard_pass(
         self,
@@ -507,7 +521,7 @@ class Workspace:
             return done
         num, den, stats = self.step(C, 0.0, "hard", warm=warm)
         C_new, _ = self.update(C, num, den)
-        return C_new, float(((C_new - C) ** 2).sum()), stats
+        return C_new, _squared_shift(C_new, C), stats
 
     def _kernel_iteration(
         self, C: torch.Tensor, warm: bool
@@ -526,30 +540,23 @@ class Workspace:
             return None
         if n * width * d > KERNEL_ITERATION_MAX_WORK or C.dtype != self.X.dtype:
             return None
-        incremental = warm and self._hard_sums is not None
-        if incremental:
-            num, den = self._hard_sums
-        else:
-            num = torch.zeros(C.shape, dtype=torch.float64)
-            den = torch.zeros(k, dtype=torch.float64)
+        num, den, incremental = self._lloyd_sums(C, warm)
         if self._bounds is not None:
             self._bounds.forget()
         centres = kernel.centres(C, width, direct=True)  # small: no GEMM to amortise
         self.check()
         C = C.contiguous()
         C_new = torch.empty_like(C)
-        floor = EMPTY_WEIGHT_FRACTION * self.total_weight
+        sum_sq = float(self._weighted_sum_sq())
         inertia, shift, n_empty = kernel.iteration(
             *(self._rows(slice(0, n)), centres, None, (num, den)),
-            *(MOVE if incremental else ADD, C, float(self._weighted_sum_sq()), floor, C_new),
+            *(MOVE if incremental else ADD, C, sum_sq, self._empty_weight, C_new),
         )
         self._hard_sums = (num, den)
-        stats = IterationStats(inertia, inertia, 1.0, 0, 0.0, torch.zeros_like(den, dtype=C.dtype))
         if n_empty:  # the centres as update() makes them, with its re-seeding
-            den_out = torch.where(den > floor, den, 0.0)
-            C_new, _ = self.update(C, num.to(C.dtype), den_out.to(C.dtype))
-            shift = float(((C_new - C) ** 2).sum())
-        return C_new, shift, stats
+            C_new, _ = self.update(C, *self._sums_for_update(C, num, den))
+            shift = _squared_shift(C_new, C)
+        return C_new, shift, _hard_stats(inertia, C)
 
     def update(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, *, reseed: bool = True
@@ -777,3 +784,14 @@ def row_reduction_width(k: int, device: torch.device) -> int:
     if device.type != "cpu":
         return k
     return k + (-k % ROW_REDUCTION_WIDTH)
+
+
+def _hard_stats(inertia: float, C: torch.Tensor) -> IterationStats:
+    """A hard pass's statistics: its inertia is its objective, every row is hard."""
+    zeros = torch.zeros(C.shape[0], dtype=C.dtype, device=C.device)
+    return IterationStats(inertia, inertia, 1.0, 0, 0.0, zeros)
+
+
+def _squared_shift(C_new: torch.Tensor, C: torch.Tensor) -> float:
+    """``||C_new - C||^2`` over every centre: how far an M-step moved them."""
+    return float(((C_new - C) ** 2).sum())
