@@ -312,20 +312,15 @@
         T p[ROWS], p2[ROWS];                                                                   \
         for (int r = 0; r < ROWS; r++) xs[r] = X + at[r < rows ? r : rows - 1] * d;            \
         nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, p2);                              \
+        double unused = 0.0; /* the bounded pass takes its inertia elsewhere */                \
         for (int r = 0; r < rows; r++) {                                                       \
-            const int64_t i = at[r], old = labels[i];                                          \
-            T dist = p[r] + x_sq[i], dist2 = p2[r] + x_sq[i];                                  \
-            dist = dist < (T)0 ? (T)0 : dist;                                                  \
+            const int64_t i = at[r];                                                           \
+            finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, start ? 0 : 1, i,   \
+                                lab[r], p[r], &unused);                                        \
+            T dist2 = p2[r] + x_sq[i];                                                         \
             dist2 = dist2 < (T)0 ? (T)0 : dist2;                                               \
-            min_dist[i] = dist;                                                                \
-            upper[i] = (T)sqrt((double)dist) + 2 * margin;                                     \
+            upper[i] = (T)sqrt((double)min_dist[i]) + 2 * margin;                              \
             lower[i] = (T)sqrt((double)dist2) - margin;                                        \
-            labels[i] = lab[r];                                                                \
-            const double wi = w ? (double)w[i] : 1.0;                                          \
-            if (start)                                                                         \
-                add_row_##SUFFIX(num, den, xs[r], d, wi, lab[r], -1);                          \
-            else if (lab[r] != old)                                                            \
-                add_row_##SUFFIX(num, den, xs[r], d, wi, lab[r], old);                         \
         }                                                                                      \
     }                                                                                          \
                                                                                                \
