@@ -15,7 +15,7 @@
  * Sums are float64 whatever the data's type. lloyd_bounded is the same pass with Hamerly's
  * bounds (rbfkm_engine/bounds.py); lloyd_iteration is a pass and its M-step in one call
  * (for small data, where the ops around a pass cost more than the pass); row_minima and
- * entmax15_rows serve the soft passes.
+ * entmax15_rows serve the soft passes; hartigan_sweep the local search.
  * No allocation, no global state: blocks run on the caller's threads at once.
  */
 #include <float.h>
@@ -473,6 +473,115 @@
 
 ENTMAX15_ROWS(float, f32)
 ENTMAX15_ROWS(double, f64)
+
+/* One sweep of Hartigan's method (Hartigan and Wong, 1979; Telgarsky and Vattani, 2010):
+ * each point in turn moves to the cluster where it costs least, counting the shift of
+ * both means: leaving a (mass M_a) saves w M_a/(M_a - w) ||x - m_a||^2, joining b costs
+ * w M_b/(M_b + w) ||x - m_b||^2. The means and masses (float64) follow every move, so the
+ * inertia falls with each; a point alone in its cluster stays, and an empty cluster takes
+ * no one. Every Hartigan fixed point is a Lloyd fixed point, not conversely: on clusters
+ * that touch, the sweep moves the boundary where Lloyd sees no reason to. A move must save
+ * more than min_gain of what leaving saves (no cycling on rounding).
+ *
+ * lower[i] bounds the distance (not squared) from point i to every other cluster's mean
+ * as of the last sweep's start or the point's pricing since; this sweep first lowers it by
+ * `travel` (from the caller: the longest path of a mean over the last sweep), and a mean
+ * has since moved at most the longest path of this sweep so far. A cluster that the bound
+ * shows cannot pay for the point's leaving, at its M/(M + w), is not priced, and a point
+ * that no cluster can pay for (the lightest) is passed over. Returns the number of moves
+ * and writes this sweep's longest path and the inertia its moves saved to out[0] and
+ * out[1]; x is scratch of d doubles, path of k. */
+#define HARTIGAN_CHUNK 8
+
+#define HARTIGAN_SWEEP(T, SUFFIX)                                                              \
+    static double squared_gap_##SUFFIX(const double *x, const double *m, int64_t d) {          \
+        double acc[HARTIGAN_CHUNK] = {0.0}, s = 0.0;                                           \
+        int64_t j = 0;                                                                         \
+        for (; j + HARTIGAN_CHUNK <= d; j += HARTIGAN_CHUNK)                                   \
+            for (int64_t l = 0; l < HARTIGAN_CHUNK; l++)                                       \
+                acc[l] += (x[j + l] - m[j + l]) * (x[j + l] - m[j + l]);                       \
+        for (; j < d; j++) s += (x[j] - m[j]) * (x[j] - m[j]);                                 \
+        for (int64_t l = 0; l < HARTIGAN_CHUNK; l++) s += acc[l];                              \
+        return s;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    int64_t hartigan_sweep_##SUFFIX(const T *X, int64_t n, int64_t d, const T *w,              \
+                                    int64_t *labels, int64_t k, double *means, double *mass,   \
+                                    double *lower, double travel, double min_gain, double *x,  \
+                                    double *path, double *out) {                             \
+        double lightest = INFINITY, longest = 0.0, gain = 0.0;                                 \
+        for (int64_t c = 0; c < k; c++) {                                                      \
+            path[c] = 0.0;                                                                     \
+            if (mass[c] > 0.0 && mass[c] < lightest) lightest = mass[c];                       \
+        }                                                                                      \
+        int64_t moves = 0;                                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            const double wi = w ? (double)w[i] : 1.0;                                          \
+            const int64_t a = labels[i];                                                       \
+            lower[i] -= travel; /* as of this sweep's start */                                 \
+            if (!(wi > 0.0) || !(mass[a] - wi > 0.0)) continue;                                \
+            for (int64_t j = 0; j < d; j++) x[j] = (double)X[i * d + j];                       \
+            double *ma = means + a * d;                                                        \
+            const double da = squared_gap_##SUFFIX(x, ma, d);                                  \
+            const double saved = da * mass[a] / (mass[a] - wi);                                \
+            const double leave = saved * (1.0 - min_gain);                                     \
+            const double bound = lower[i] - longest, floor = bound > 0.0 ? bound * bound : 0.0;  \
+            if (lightest / (lightest + wi) * floor >= leave) continue;                         \
+            double best = leave, near = INFINITY, next = INFINITY, unpriced = INFINITY;        \
+            int64_t target = -1, nearest = -1;                                                 \
+            for (int64_t b = 0; b < k; b++) {                                                  \
+                if (b == a || !(mass[b] > 0.0)) continue;                                      \
+                const double factor = mass[b] / (mass[b] + wi);                                \
+                if (factor * floor >= best) {                                                  \
+                    unpriced = floor; /* at least that far */                                  \
+                    continue;                                                                  \
+                }                                                                              \
+                const double s = squared_gap_##SUFFIX(x, means + b * d, d);                    \
+                if (s < near) {                                                                \
+                    next = near;                                                               \
+                    near = s;                                                                  \
+                    nearest = b;                                                               \
+                } else if (s < next) {                                                         \
+                    next = s;                                                                  \
+                }                                                                              \
+                const double cost = s * factor;                                                \
+                if (cost < best) {                                                             \
+                    best = cost;                                                               \
+                    target = b;                                                                \
+                }                                                                              \
+            }                                                                                  \
+            if (target < 0) {                                                                  \
+                lower[i] = sqrt(near < unpriced ? near : unpriced);                            \
+                continue;                                                                      \
+            }                                                                                  \
+            /* The others are now a (which moves away from x) and all but the target. */      \
+            double other = target == nearest ? next : near;                                    \
+            other = other < unpriced ? other : unpriced;                                       \
+            lower[i] = sqrt(da < other ? da : other);                                          \
+            double *mb = means + target * d;                                                   \
+            const double out = wi / (mass[a] - wi), in = wi / (mass[target] + wi);             \
+            for (int64_t j = 0; j < d; j++) {                                                  \
+                ma[j] += (ma[j] - x[j]) * out;                                                 \
+                mb[j] += (x[j] - mb[j]) * in;                                                  \
+            }                                                                                  \
+            path[a] += sqrt(da) * out;                                                         \
+            path[target] += sqrt(best / mass[target] * (mass[target] + wi)) * in;              \
+            longest = path[a] > longest ? path[a] : longest;                                   \
+            longest = path[target] > longest ? path[target] : longest;                         \
+            mass[a] -= wi;                                                                     \
+            mass[target] += wi;                                                                \
+            lightest = mass[a] < lightest ? mass[a] : lightest;                                \
+            labels[i] = target;                                                                \
+            gain += wi * (saved - best);                                                       \
+            moves++;                                                                           \
+        }                                                                                      \
+        out[0] = longest;                                                                      \
+        out[1] = gain;                                                                         \
+        return moves;                                                                          \
+    }
+
+HARTIGAN_SWEEP(float, f32)
+HARTIGAN_SWEEP(double, f64)
 
 LLOYD_KERNELS(float, vfloat, int32_t, 8, f32, FLT_MIN)
 LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)

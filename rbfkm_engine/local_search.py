@@ -6,7 +6,7 @@ On a continuum (pixels' colours, image patches) with many centres the imbalance 
 systematic: a cluster splits once the temperature falls below its own critical one, set by
 its spread and not by its mass, so the annealing hands out centres for equal extents,
 while K-Means' optimum gives dense regions smaller cells (at many centres every cell holds
-about the same share of the inertia). Four searches run in turn (pricing math in
+about the same share of the inertia). Five searches run in turn (pricing math in
 :mod:`~rbfkm_engine.swaps`, passes in :mod:`~rbfkm_engine.search_passes`):
 
 - rebalancing: batches of disjoint split-merges, each priced to pay on its own, with one
@@ -14,7 +14,11 @@ about the same share of the inertia). Four searches run in turn (pricing math in
 - split-merges one at a time: delete a centre and split a cluster in two by 2-means;
 - one batch of Hartigan moves (every point that would lower the objective by moving);
 - centre swaps: a candidate drawn by squared distance, moved to the mean of the points it
-  would take, replaces the centre whose replacement lowers the inertia most.
+  would take, replaces the centre whose replacement lowers the inertia most;
+- last, sweeps of Hartigan's method, one point at a time, where the fused CPU kernel runs
+  them: the fit then ends on a fixed point of Hartigan's method, a subset of Lloyd's
+  (clusters that touch have their boundary placed where moving a point, counting the
+  shift of both means, no longer pays; Telgarsky and Vattani, 2010).
 
 Every move is followed by Lloyd and kept only if its fixed point is better, so the result
 is always a converged fixed point no worse than the one the search started from.
@@ -26,18 +30,24 @@ from dataclasses import dataclass
 
 import torch
 
+from .bounds import rounding_margin
 from .context import FitContext
+from .distances import squared_norms
 from .init import draw_points
 from .lloyd import lloyd
+from .native import HartiganState
 from .search_passes import (
     captured_means,
     cluster_halves,
     hartigan_moves,
+    hartigan_sweep,
     label_means,
     swap_costs_of,
+    sweeps_run,
 )
 from .swaps import (
     HARTIGAN_ROUNDS,
+    HARTIGAN_SWEEPS,
     REBALANCE_SHARE,
     SPLIT_MERGE_TRIALS,
     SWAP_CANDIDATES,
@@ -63,8 +73,8 @@ class FixedPoint:
 
 
 def refine(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
-    """Batched split-merges, split-merges, then Hartigan moves, then swaps from the Lloyd
-    fixed point ``C``; returns the best fixed point reached."""
+    """Batched split-merges, split-merges, Hartigan moves, swaps, then sequential Hartigan
+    moves from the Lloyd fixed point ``C``; returns the best fixed point reached."""
     if ctx.passes.k < 2:
         return C
     second, inertia = ctx.passes.two_nearest(C)
@@ -73,6 +83,7 @@ def refine(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
     kept += split_merges(ctx, best)
     kept += hartigan(ctx, best)
     kept += swaps(ctx, best)
+    kept += hartigan(ctx, best, sequential=True)
     ctx.say("moves kept={} inertia={:.6g}", kept, best.inertia)
     return best.centres
 
@@ -178,21 +189,65 @@ def split_merges(ctx: FitContext, best: FixedPoint) -> int:
     return kept_moves
 
 
-def hartigan(ctx: FitContext, best: FixedPoint) -> int:
-    """Batches of Hartigan moves from ``best``'s labels, then Lloyd, kept when that fixed
-    point is better; returns 1 when kept, else 0."""
+def hartigan(ctx: FitContext, best: FixedPoint, sequential: bool = False) -> int:
+    """Hartigan moves from ``best``'s labels, then Lloyd, kept when that fixed point is
+    better; returns 1 when kept, else 0.
+
+    At most ``HARTIGAN_ROUNDS`` batches of moves; with ``sequential``, sweeps of moves one
+    point at a time (:func:`~rbfkm_engine.search_passes.hartigan_sweep`), which end on a
+    fixed point of Hartigan's method, where the kernel runs them (elsewhere nothing).
+    """
     ws = ctx.passes
     labels = ws.labels.clone()  # moved on a copy: the workspace keeps best's, for settle
     means, mass = label_means(ws, labels, best.centres)
-    for _ in range(HARTIGAN_ROUNDS):
-        if hartigan_moves(ws, labels, means, mass) == 0:
-            break
-        means, mass = label_means(ws, labels, means)
+    if sequential:
+        swept = _hartigan_sweeps(ctx, best, labels, means, mass)
+        if swept is None:
+            return 0
+        means = swept.to(means.dtype)
+    else:
+        for _ in range(HARTIGAN_ROUNDS):
+            if hartigan_moves(ws, labels, means, mass) == 0:
+                break
+            means, mass = label_means(ws, labels, means)
     if torch.equal(means, best.centres):
         return 0
     kept, _ = settle(ctx, best, means)
-    ctx.say("hartigan kept={} inertia={:.6g}", kept, best.inertia)
+    ctx.say("hartigan sequential={} kept={} inertia={:.6g}", sequential, kept, best.inertia)
     return int(kept)
+
+
+def _hartigan_sweeps(
+    ctx: FitContext,
+    best: FixedPoint,
+    labels: torch.Tensor,
+    means: torch.Tensor,
+    mass: torch.Tensor,
+) -> torch.Tensor | None:
+    """Sweeps of Hartigan's method from ``best``'s ``labels`` (moved in place) and their
+    clusters' ``means`` and ``mass`` until one saves less than a kept move must, at most
+    ``HARTIGAN_SWEEPS``; returns the means (float64), ``None`` where the sweeps cannot run.
+
+    The first sweep's bounds come from ``best``: a point is at least its second-nearest
+    distance from the other centres, less the farthest a mean is from its centre and the
+    distances' rounding.
+    """
+    ws = ctx.passes
+    if not sweeps_run(ws):
+        return None
+    gap = float((means - best.centres).double().norm(dim=1).max())
+    c_sq_max = float(squared_norms(best.centres).max())
+    gap += rounding_margin(float(ws.x_sq.max()), c_sq_max, ws.X.shape[1], ws.X.dtype)
+    lower = best.second.double().clamp_min(0.0).sqrt_().sub_(gap)
+    state = HartiganState(labels, means.double(), mass.double(), lower)
+    for _ in range(HARTIGAN_SWEEPS):
+        moved = hartigan_sweep(ws, state)
+        if moved is None:
+            return None
+        # A sweep that saves less than a kept move must: the next would save less still.
+        if moved == 0 or state.gain <= SWAP_MIN_GAIN * best.inertia or ctx.budget.exhausted:
+            break
+    return state.means
 
 
 def swaps(ctx: FitContext, best: FixedPoint) -> int:

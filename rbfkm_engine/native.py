@@ -10,7 +10,8 @@ features, else read from the block's GEMM; on few features it also keeps Hamerly
 bounds (:mod:`~rbfkm_engine.bounds`). On small data a whole Lloyd iteration, the pass and
 its M-step, is one call (:meth:`LloydKernel.iteration`). The same library serves the
 annealing's soft passes: row minima with their entmax15 candidate counts
-(:func:`row_minima`) and entmax15 of the soft rows (:func:`entmax15_rows`). The blocks
+(:func:`row_minima`) and entmax15 of the soft rows (:func:`entmax15_rows`), and the
+local search's sweeps of Hartigan's method (:meth:`LloydKernel.hartigan_sweep`). The blocks
 still run on the fit's :class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the
 GIL during a call).
 
@@ -18,7 +19,8 @@ The library is built with the system's C compiler (``$CC``, else ``cc``) for the
 runs on, once, into a per-user cache (``$RBFKM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rbfkm``
 or ``~/.cache/rbfkm``) keyed by the source, the compiler, the flags and the CPU. Without a
 compiler, or with ``RBFKM_NATIVE=0``, the passes stay in torch: the same labels (up to
-ties within rounding) at torch's speed.
+ties within rounding) at torch's speed; only the Hartigan sweeps, which no torch op can
+express (each move changes the means the next point is priced against), are skipped.
 """
 
 from __future__ import annotations
@@ -174,6 +176,10 @@ def library() -> ctypes.CDLL | None:
                 fn = getattr(lib, f"entmax15_rows_{suffix}")
                 fn.restype = None
                 fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
+                fn = getattr(lib, f"hartigan_sweep_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _P, *[ctypes.c_double] * 2]
+                fn.argtypes += [_P, _P, _P]
             return lib
     return None
 
@@ -203,6 +209,22 @@ class Rows:
     min_dist: torch.Tensor
 
 
+@dataclass
+class HartiganState:
+    """What sweeps of Hartigan's method carry from one to the next: ``labels`` (int64),
+    the clusters' ``means`` (``k x d``) and ``mass`` (``k``), float64, and the bounds that
+    let a sweep skip rows: ``lower``, each row's distance to the other clusters' means
+    (float64; zeros: price every row), and ``travel``, the longest path of a mean over
+    the last sweep; ``gain``: the inertia the last sweep's moves saved."""
+
+    labels: torch.Tensor
+    means: torch.Tensor
+    mass: torch.Tensor
+    lower: torch.Tensor
+    travel: float = 0.0
+    gain: float = 0.0
+
+
 class LloydKernel:
     """The kernel for one fit's data type."""
 
@@ -210,6 +232,7 @@ class LloydKernel:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self._iteration = getattr(lib, f"lloyd_iteration_{_SUFFIX[dtype]}")
+        self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
         self.dtype = dtype
 
     @staticmethod
@@ -317,6 +340,36 @@ class LloydKernel:
             den.data_ptr(),
             1 if drift is None else 0,
         )
+
+    def hartigan_sweep(
+        self, X: torch.Tensor, w: torch.Tensor | None, state: HartiganState, min_gain: float
+    ) -> int:
+        """One sweep of Hartigan's method over the rows of ``X`` (contiguous, the kernel's
+        type), in row order: each row moves, when that lowers the inertia by more than
+        ``min_gain`` of what leaving its cluster saves, to the cluster where it costs
+        least, ``state`` following every move. Returns the number of moves."""
+        n, d = X.shape
+        k = state.means.shape[0]
+        scratch = torch.empty(d + k, dtype=torch.float64)
+        out = (ctypes.c_double * 2)()
+        moves = self._hartigan(
+            X.data_ptr(),
+            n,
+            d,
+            None if w is None else w.data_ptr(),
+            state.labels.data_ptr(),
+            k,
+            state.means.data_ptr(),
+            state.mass.data_ptr(),
+            state.lower.data_ptr(),
+            state.travel,
+            min_gain,
+            scratch.data_ptr(),
+            scratch[d:].data_ptr(),
+            out,
+        )
+        state.travel, state.gain = out[0], out[1]
+        return int(moves)
 
 
 def _pass_args(

@@ -1,6 +1,7 @@
 """The passes over the data that price the local search's moves.
 
-Each runs block by block over a :class:`~rbfkm_engine.passes.Workspace` after
+Each runs block by block (the sweeps of Hartigan's method, sequential, row by row) over a
+:class:`~rbfkm_engine.passes.Workspace` after
 :meth:`~rbfkm_engine.passes.Workspace.two_nearest` (whose labels and nearest and
 second-nearest distances they read); the per-block math lives in
 :mod:`~rbfkm_engine.swaps`, the search itself in :mod:`~rbfkm_engine.local_search`.
@@ -13,8 +14,10 @@ from collections.abc import Callable, Iterator
 import torch
 
 from .distances import squared_norms
+from .native import HartiganState
 from .passes import Workspace
 from .swaps import (
+    HARTIGAN_MIN_GAIN,
     SPLIT_POWER_ITERATIONS,
     SPLIT_TWO_MEANS_ITERATIONS,
     hartigan_targets,
@@ -109,6 +112,28 @@ def hartigan_moves(
         return moved
 
     return int(ws.reducer.sum(torch.tensor(sum(ws.map_blocks(block)))))
+
+
+def hartigan_sweep(ws: Workspace, state: HartiganState) -> int | None:
+    """One sweep of Hartigan's method: every point in turn moved (``state.labels`` in
+    place) when that lowers the inertia, ``state``'s means and masses following each move;
+    returns how many moved.
+
+    Sequential moves cannot overshoot as :func:`hartigan_moves`' batch can, so the sweeps
+    reach fixed points the batch does not. ``None`` where they cannot run: without the
+    kernel (a GPU, no compiler), or on one shard of a data-parallel fit (a sweep needs
+    every row in turn).
+    """
+    if not sweeps_run(ws):
+        return None
+    assert ws.kernel is not None
+    ws.check()
+    return ws.kernel.hartigan_sweep(ws.X, ws.w, state, HARTIGAN_MIN_GAIN)
+
+
+def sweeps_run(ws: Workspace) -> bool:
+    """Whether :func:`hartigan_sweep` runs on ``ws`` (see there)."""
+    return ws.kernel is not None and not ws.reducer.active
 
 
 def cluster_halves(

@@ -85,6 +85,9 @@ SPLIT_POWER_ITERATIONS = 3
 SPLIT_TWO_MEANS_ITERATIONS = 3
 #: Batches of Hartigan moves at most before the Lloyd phase that settles them.
 HARTIGAN_ROUNDS = 10
+#: Sweeps of sequential Hartigan moves at most; they stop earlier, at the first that
+#: saves less than a kept move must (``SWAP_MIN_GAIN``).
+HARTIGAN_SWEEPS = 50
 #: A Hartigan move must lower its point's cost by more than this fraction (rounding).
 HARTIGAN_MIN_GAIN = 1e-6
 

@@ -3,6 +3,7 @@ when its fixed point is better, and their place in a fit."""
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import pairwise
 
 import numpy as np
@@ -85,8 +86,9 @@ def test_fit_ends_with_swaps_that_lower_the_inertia() -> None:
     lloyd_phases = [r["inertia"] for r in m.history_ if r["sigma"] == 0.0]
     assert len(lloyd_phases) >= 2
     assert all(b < a for a, b in pairwise(lloyd_phases))
-    # The last record is the inertia before the last (small) shift, which cannot raise it.
-    assert m.inertia_ <= lloyd_phases[-1] * (1 + 1e-12)
+    # The last record is the inertia before the last (small) shift, which cannot raise it
+    # beyond the rounding of float32 data (each kept move gains over 1e-5).
+    assert m.inertia_ <= lloyd_phases[-1] * (1 + 1e-6)
     assert m.inertia_ == pytest.approx(lloyd_phases[-1], rel=1e-4)
     assert m.n_iter_ <= m.max_iter
     np.testing.assert_array_equal(m.labels_, m.predict(X))
@@ -138,11 +140,12 @@ def test_trial_swaps_escape_fixed_points_no_single_swap_improves(
 
 def digits_fixed_point(seed: int) -> tuple[FitContext, FixedPoint]:
     """A Lloyd fixed point of digits from scikit-learn's random init, in float64, with its
-    second-nearest distances; the context's history is empty."""
+    second-nearest distances; the context's history is empty. The rows are contiguous, as
+    the estimator makes them (the kernel's passes need it)."""
     from sklearn.cluster import KMeans
     from sklearn.datasets import load_digits
 
-    X = load_digits().data
+    X = np.ascontiguousarray(load_digits().data)
     C0 = KMeans(10, n_init=1, init="random", random_state=seed).fit(X).cluster_centers_
     ctx = make_context(torch.as_tensor(X), 10, tol=1e-6, max_iter=300, chunk_size=4096)
     C, converged = lloyd(ctx, torch.as_tensor(C0))
@@ -176,13 +179,43 @@ def test_hartigan_polishes_a_lloyd_fixed_point() -> None:
     assert ctx.passes.hard_labels(best.centres) == pytest.approx(best.inertia, rel=1e-9)
 
 
+def test_sequential_hartigan_ends_on_a_fixed_point_of_hartigans_method() -> None:
+    # The batch of moves from scikit-learn's seed-8 fixed point settles on a Lloyd fixed
+    # point; sweeps of single moves go on to one where no point pays to move, at most as
+    # high as the batch's.
+    ctx, best = digits_fixed_point(8)
+    batch = FixedPoint(best.centres, best.second, best.inertia)
+    assert hartigan(ctx, batch) == 1
+    ctx, best = digits_fixed_point(8)
+    assert hartigan(ctx, best, sequential=True) == 1
+    assert best.inertia <= batch.inertia * (1 + 1e-12)
+    ws = ctx.passes
+    assert ws.hard_labels(best.centres) == pytest.approx(best.inertia, rel=1e-9)
+    X, labels = ws.X.numpy(), ws.labels.numpy()
+    mass = np.bincount(labels, minlength=10).astype(float)
+    gaps = ((X[:, None, :] - best.centres.numpy()[None]) ** 2).sum(axis=2)
+    own = gaps[np.arange(len(X)), labels]
+    leave = own * mass[labels] / (mass[labels] - 1)
+    join = gaps * mass / (mass + 1)
+    join[np.arange(len(X)), labels] = np.inf
+    assert (join.min(axis=1) >= leave * (1 - 1e-6)).all()
+
+
+def test_sequential_hartigan_needs_the_kernel() -> None:
+    ctx, best = digits_fixed_point(8)
+    ctx.passes.kernel = None
+    C, labels = best.centres, ctx.passes.labels.clone()
+    assert hartigan(ctx, best, sequential=True) == 0 and best.centres is C
+    torch.testing.assert_close(ctx.passes.labels, labels)
+
+
 @pytest.mark.parametrize("seed", [4, 8, 9])
 def test_moves_leave_the_labels_of_the_centres_they_return(seed: int) -> None:
     # The swap search after them prices swaps from these labels and distances, kept move
     # or not.
     ctx, best = digits_fixed_point(seed)
     fp = ctx.passes
-    for search in (hartigan, split_merges):
+    for search in (hartigan, split_merges, partial(hartigan, sequential=True)):
         search(ctx, best)
         labels, min_dist = fp.labels.clone(), fp.min_dist.clone()
         assert fp.hard_labels(best.centres) == pytest.approx(best.inertia, rel=1e-9)

@@ -19,7 +19,7 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-from rbfkm_engine import FitInterrupted, FitProgress, RBFKMeans, local_search
+from rbfkm_engine import FitInterrupted, FitProgress, RBFKMeans, local_search, passes
 from rbfkm_engine.anneal import SOFT_FRACTION_STOP
 from rbfkm_engine.temperature import SIGMA_MIN_RATIO
 
@@ -1198,13 +1198,24 @@ def test_should_stop_ends_each_phase_at_its_next_block(phase: str, blobs: Datase
 
 
 @pytest.mark.parametrize(
-    "name", ("cluster_halves", "label_means", "hartigan_moves", "captured_means", "swap_costs_of")
+    "name",
+    (
+        "cluster_halves",
+        "label_means",
+        "hartigan_moves",
+        "hartigan_sweep",
+        "captured_means",
+        "swap_costs_of",
+    ),
 )
 def test_should_stop_ends_the_local_search_pricing_passes(
     name: str, blobs: Dataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The local search prices its moves with passes between two iterations (no callback
-    # there): armed as one of them starts, its first block ends the fit.
+    # there): armed as one of them starts, its first block ends the fit. Without the
+    # kernel, the batch of Hartigan moves stands in for the sweeps.
+    if name == "hartigan_moves":
+        monkeypatch.setattr(passes, "lloyd_kernel", lambda X, w: None)
     stop = Armed()
     original = getattr(local_search, name)
 

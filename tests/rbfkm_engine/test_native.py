@@ -239,3 +239,119 @@ def test_entmax15_rows_match_the_entmax_package(dtype: torch.dtype, width: int) 
     z2 = z.clone()
     assert native.entmax15_rows(z2, 0.25, z2, spent, tsallis, support)
     torch.testing.assert_close(z2, ref, **tol)
+
+
+def hartigan_sweep_reference(
+    X: np.ndarray, w: np.ndarray, labels: np.ndarray, k: int
+) -> tuple[np.ndarray, float]:
+    """One sweep of Hartigan's method, point by point in float64, from the clusters of
+    ``labels`` (moved in place); returns the means after it and the inertia it saved."""
+    mass = np.bincount(labels, weights=w, minlength=k)
+    means = np.stack([np.average(X[labels == c], axis=0, weights=w[labels == c]) for c in range(k)])
+    saved = 0.0
+    for i, (x, wi) in enumerate(zip(X, w, strict=True)):
+        a = labels[i]
+        if not mass[a] - wi > 0:
+            continue
+        gaps = ((means - x) ** 2).sum(axis=1)
+        leave = gaps[a] * mass[a] / (mass[a] - wi)
+        costs = gaps * mass / (mass + wi)
+        costs[a] = np.inf
+        b = int(np.argmin(costs))
+        if costs[b] < leave * (1 - 1e-6):
+            means[a] += (means[a] - x) * wi / (mass[a] - wi)
+            means[b] += (x - means[b]) * wi / (mass[b] + wi)
+            mass[a] -= wi
+            mass[b] += wi
+            labels[i] = b
+            saved += wi * (leave - costs[b])
+    return means, saved
+
+
+def sse(X: np.ndarray, w: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """The weighted inertia of ``labels`` at their clusters' means."""
+    total = 0.0
+    for c in range(k):
+        rows = labels == c
+        mean = np.average(X[rows], axis=0, weights=w[rows])
+        total += float((w[rows] * ((X[rows] - mean) ** 2).sum(axis=1)).sum())
+    return total
+
+
+def sweep_state(X: torch.Tensor, w: torch.Tensor, labels: torch.Tensor, k: int):
+    """The kernel's sweep state for ``labels``: exact means and masses, no bounds."""
+    Xd, wd = X.double(), w.double()
+    mass = torch.zeros(k, dtype=torch.float64).index_add_(0, labels, wd)
+    means = torch.zeros(k, X.shape[1], dtype=torch.float64).index_add_(0, labels, Xd * wd[:, None])
+    lower = torch.zeros(X.shape[0], dtype=torch.float64)
+    return native.HartiganState(labels.clone(), means / mass[:, None], mass, lower)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [2, 13])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_hartigan_sweep_moves_the_points_one_at_a_time(
+    dtype: torch.dtype, d: int, weighted: bool
+) -> None:
+    # Labels from the nearest of random centres (a Lloyd step, not a Hartigan fixed point):
+    # the sweep moves the points that pay, in row order, each after the means followed the
+    # moves before it, and saves exactly the inertia it says.
+    gen = torch.Generator().manual_seed(d)
+    n, k = 300, 6
+    X = torch.randn(n, d, generator=gen, dtype=dtype)
+    w = torch.rand(n, generator=gen, dtype=dtype) + 0.5 if weighted else torch.ones(n, dtype=dtype)
+    C = X[torch.randperm(n, generator=gen)[:k]]
+    labels = reference(X, C).argmin(dim=1)
+    state = sweep_state(X, w, labels, k)
+    moves = kernel_for(dtype).hartigan_sweep(X, w if weighted else None, state, 1e-6)
+    Xn, wn = X.double().numpy(), w.double().numpy()
+    expected = labels.numpy().copy()
+    means, saved = hartigan_sweep_reference(Xn, wn, expected, k)
+    assert moves > 0 and moves == int((expected != labels.numpy()).sum())
+    np.testing.assert_array_equal(state.labels.numpy(), expected)
+    np.testing.assert_allclose(state.means.numpy(), means, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(state.mass.numpy(), np.bincount(expected, wn, k), rtol=1e-12)
+    before, after = sse(Xn, wn, labels.numpy(), k), sse(Xn, wn, expected, k)
+    assert state.gain == pytest.approx(saved, rel=1e-9) and after == pytest.approx(before - saved)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hartigan_bounds_skip_points_without_changing_a_move(dtype: torch.dtype) -> None:
+    # Sweeps to a fixed point with the bounds each sweep leaves for the next, and with no
+    # bounds at all: the same moves, the same fixed point.
+    gen = torch.Generator().manual_seed(1)
+    n, k = 2000, 12
+    X = torch.randn(n, 3, generator=gen, dtype=dtype)
+    w = torch.ones(n, dtype=dtype)
+    labels = reference(X, X[:k]).argmin(dim=1)
+    kernel = kernel_for(dtype)
+    bounded, plain = sweep_state(X, w, labels, k), sweep_state(X, w, labels, k)
+    sweeps = 0
+    while True:
+        moved = kernel.hartigan_sweep(X, None, bounded, 1e-6)
+        plain.lower.zero_()
+        plain.travel = 0.0
+        assert kernel.hartigan_sweep(X, None, plain, 1e-6) == moved
+        assert torch.equal(bounded.labels, plain.labels)
+        sweeps += 1
+        if moved == 0:
+            break
+    assert sweeps > 2
+    # At the fixed point no single point pays to move.
+    Xn, wn, fixed = X.double().numpy(), w.double().numpy(), bounded.labels.numpy().copy()
+    hartigan_sweep_reference(Xn, wn, fixed, k)
+    np.testing.assert_array_equal(fixed, bounded.labels.numpy())
+
+
+@needs_compiler
+def test_a_hartigan_sweep_keeps_every_cluster() -> None:
+    # A point alone in its cluster stays, however far; an empty cluster takes no one.
+    X = torch.tensor([[0.0], [0.1], [0.2], [50.0], [0.05]], dtype=torch.float64)
+    labels = torch.tensor([0, 0, 0, 1, 0])
+    state = sweep_state(X, torch.ones(5, dtype=torch.float64), labels, 2)
+    state.means = torch.cat([state.means, torch.zeros(1, 1, dtype=torch.float64)])
+    state.mass = torch.cat([state.mass, torch.zeros(1, dtype=torch.float64)])
+    assert kernel_for(torch.float64).hartigan_sweep(X, None, state, 1e-6) == 0
+    assert state.labels.tolist() == [0, 0, 0, 1, 0] and state.mass.tolist() == [4.0, 1.0, 0.0]
