@@ -488,7 +488,10 @@ ENTMAX15_ROWS(double, f64)
  * `travel` (from the caller: the longest path of a mean over the last sweep), and a mean
  * has since moved at most the longest path of this sweep so far. A cluster that the bound
  * shows cannot pay for the point's leaving, at its M/(M + w), is not priced, and a point
- * that no cluster can pay for (the lightest) is passed over. Returns the number of moves
+ * that no cluster can pay for (the lightest) is passed over. With `order` (k x k: for each
+ * cluster the others by their means' distance `gaps` at the sweep's start, ascending; may
+ * be NULL), only the clusters near enough to its own are priced for a point (Elkan's
+ * triangle inequality between means). Returns the number of moves
  * and writes this sweep's longest path and the inertia its moves saved to out[0] and
  * out[1]; x is scratch of d doubles, path of k. */
 #define HARTIGAN_CHUNK 8
@@ -507,8 +510,9 @@ ENTMAX15_ROWS(double, f64)
                                                                                                \
     int64_t hartigan_sweep_##SUFFIX(const T *X, int64_t n, int64_t d, const T *w,              \
                                     int64_t *labels, int64_t k, double *means, double *mass,   \
-                                    double *lower, double travel, double min_gain, double *x,  \
-                                    double *path, double *out) {                             \
+                                    double *lower, double travel, const int64_t *order,        \
+                                    const double *gaps, double min_gain, double *x,            \
+                                    double *path, double *out) {                               \
         double lightest = INFINITY, longest = 0.0, gain = 0.0;                                 \
         for (int64_t c = 0; c < k; c++) {                                                      \
             path[c] = 0.0;                                                                     \
@@ -529,7 +533,16 @@ ENTMAX15_ROWS(double, f64)
             if (lightest / (lightest + wi) * floor >= leave) continue;                         \
             double best = leave, near = INFINITY, next = INFINITY, unpriced = INFINITY;        \
             int64_t target = -1, nearest = -1;                                                 \
-            for (int64_t b = 0; b < k; b++) {                                                  \
+            /* A mean farther than `reach` from a's at the sweep's start is still at least  \
+             * sqrt(leave / f) from x, f = M/(M + w) of the lightest: it cannot pay. */       \
+            const double f_min = lightest / (lightest + wi);                                   \
+            const double reach = sqrt(da) + sqrt(leave / f_min) + 2.0 * longest;               \
+            for (int64_t o = 0; o < k; o++) {                                                  \
+                const int64_t b = order ? order[a * k + o] : o;                                \
+                if (order && gaps[a * k + o] >= reach) {                                       \
+                    unpriced = unpriced < leave / f_min ? unpriced : leave / f_min;            \
+                    break;                                                                     \
+                }                                                                              \
                 if (b == a || !(mass[b] > 0.0)) continue;                                      \
                 const double factor = mass[b] / (mass[b] + wi);                                \
                 if (factor * floor >= best) {                                                  \

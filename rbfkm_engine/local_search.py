@@ -48,6 +48,7 @@ from .search_passes import (
 from .swaps import (
     HARTIGAN_ROUNDS,
     HARTIGAN_SWEEPS,
+    PAIRWISE_SCORES_MAX_K,
     REBALANCE_SHARE,
     SPLIT_MERGE_TRIALS,
     SWAP_CANDIDATES,
@@ -241,6 +242,8 @@ def _hartigan_sweeps(
     lower = best.second.double().clamp_min(0.0).sqrt_().sub_(gap)
     state = HartiganState(labels, means.double(), mass.double(), lower)
     for _ in range(HARTIGAN_SWEEPS):
+        if ws.k <= PAIRWISE_SCORES_MAX_K:
+            state.sort_gaps()
         moved = hartigan_sweep(ws, state)
         if moved is None:
             return None

@@ -178,8 +178,8 @@ def library() -> ctypes.CDLL | None:
                 fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
                 fn = getattr(lib, f"hartigan_sweep_{suffix}")
                 fn.restype = ctypes.c_int64
-                fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _P, *[ctypes.c_double] * 2]
-                fn.argtypes += [_P, _P, _P]
+                fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _P, ctypes.c_double, _P, _P]
+                fn.argtypes += [ctypes.c_double, _P, _P, _P]
             return lib
     return None
 
@@ -215,7 +215,10 @@ class HartiganState:
     the clusters' ``means`` (``k x d``) and ``mass`` (``k``), float64, and the bounds that
     let a sweep skip rows: ``lower``, each row's distance to the other clusters' means
     (float64; zeros: price every row), and ``travel``, the longest path of a mean over
-    the last sweep; ``gain``: the inertia the last sweep's moves saved."""
+    the last sweep; ``gain``: the inertia the last sweep's moves saved. ``order`` and
+    ``gaps`` (``k x k``, int64 and float64; ``None``: price every cluster): for each
+    cluster, all clusters by the distance between their means, ascending, as
+    :meth:`sort_gaps` makes them before a sweep."""
 
     labels: torch.Tensor
     means: torch.Tensor
@@ -223,6 +226,12 @@ class HartiganState:
     lower: torch.Tensor
     travel: float = 0.0
     gain: float = 0.0
+    order: torch.Tensor | None = None
+    gaps: torch.Tensor | None = None
+
+    def sort_gaps(self) -> None:
+        """``gaps`` and ``order`` of the means as they are now."""
+        self.gaps, self.order = torch.cdist(self.means, self.means).sort(dim=1)
 
 
 class LloydKernel:
@@ -363,6 +372,8 @@ class LloydKernel:
             state.mass.data_ptr(),
             state.lower.data_ptr(),
             state.travel,
+            None if state.order is None else state.order.data_ptr(),
+            None if state.gaps is None else state.gaps.data_ptr(),
             min_gain,
             scratch.data_ptr(),
             scratch[d:].data_ptr(),
