@@ -488,31 +488,90 @@ ENTMAX15_ROWS(double, f64)
  * `travel` (from the caller: the longest path of a mean over the last sweep), and a mean
  * has since moved at most the longest path of this sweep so far. A cluster that the bound
  * shows cannot pay for the point's leaving, at its M/(M + w), is not priced, and a point
- * that no cluster can pay for (the lightest) is passed over. With `order` (k x k: for each
- * cluster the others by their means' distance `gaps` at the sweep's start, ascending; may
- * be NULL), only the clusters near enough to its own are priced for a point (Elkan's
- * triangle inequality between means). Returns the number of moves
- * and writes this sweep's longest path and the inertia its moves saved to out[0] and
- * out[1]; x is scratch of d doubles, path of k. */
+ * that no cluster can pay for (the lightest) is passed over. With `order` (k x width: for
+ * each cluster its nearest by their means' distance `gaps` at the sweep's start,
+ * ascending; may be NULL), only the clusters near enough to its own are priced for a
+ * point (Elkan's triangle inequality between means; see price_all). Returns the number of
+ * moves and writes this sweep's longest path and the inertia its moves saved to out[0] and
+ * out[1]; x is scratch of d doubles, path of k doubles, mark of k zeroed bytes. */
 #define HARTIGAN_CHUNK 8
 
+static double squared_gap(const double *x, const double *m, int64_t d) {
+    double acc[HARTIGAN_CHUNK] = {0.0}, s = 0.0;
+    int64_t j = 0;
+    for (; j + HARTIGAN_CHUNK <= d; j += HARTIGAN_CHUNK)
+        for (int64_t l = 0; l < HARTIGAN_CHUNK; l++)
+            acc[l] += (x[j + l] - m[j + l]) * (x[j + l] - m[j + l]);
+    for (; j < d; j++) s += (x[j] - m[j]) * (x[j] - m[j]);
+    for (int64_t l = 0; l < HARTIGAN_CHUNK; l++) s += acc[l];
+    return s;
+}
+
+/* One point's pricing: the best cost so far (leaving, at first) and its cluster, and the
+ * two nearest priced means' squared distances with the nearest's cluster, and the least
+ * squared distance any unpriced mean is known to be at. */
+typedef struct {
+    double best, near, next, unpriced;
+    int64_t target, nearest;
+} Pricing;
+
+static void price(Pricing *p, const double *x, const double *means, const double *mass,
+                  int64_t d, int64_t a, int64_t b, double wi, double floor) {
+    if (b == a || !(mass[b] > 0.0)) return;
+    const double factor = mass[b] / (mass[b] + wi);
+    if (factor * floor >= p->best) { /* at least floor away: cannot pay */
+        p->unpriced = p->unpriced < floor ? p->unpriced : floor;
+        return;
+    }
+    const double s = squared_gap(x, means + b * d, d);
+    if (s < p->near) {
+        p->next = p->near;
+        p->near = s;
+        p->nearest = b;
+    } else if (s < p->next) {
+        p->next = s;
+    }
+    if (s * factor < p->best) {
+        p->best = s * factor;
+        p->target = b;
+    }
+}
+
+/* Price the clusters that can pay for a point of cluster a at x: with `order`, a's
+ * `width` nearest clusters by the means' distances `gaps` at the sweep's start, up to
+ * `reach` (a mean farther than that from a's is still at least sqrt(leave / f_min) from
+ * x), then, if the list ran out within reach, every cluster not in it (`mark`: k zeroed
+ * bytes, left zeroed); without, every cluster. */
+static void price_all(Pricing *p, const double *x, const double *means, const double *mass,
+                      int64_t d, int64_t k, int64_t a, double wi, double floor,
+                      const int64_t *order, const double *gaps, int64_t width, double reach,
+                      double far, unsigned char *mark) {
+    if (!order) {
+        for (int64_t b = 0; b < k; b++) price(p, x, means, mass, d, a, b, wi, floor);
+        return;
+    }
+    const int64_t *near = order + a * width;
+    for (int64_t o = 0; o < width; o++) {
+        if (gaps[a * width + o] >= reach) {
+            p->unpriced = p->unpriced < far ? p->unpriced : far;
+            return;
+        }
+        price(p, x, means, mass, d, a, near[o], wi, floor);
+    }
+    if (width == k) return;
+    for (int64_t o = 0; o < width; o++) mark[near[o]] = 1;
+    for (int64_t b = 0; b < k; b++)
+        if (!mark[b]) price(p, x, means, mass, d, a, b, wi, floor);
+    for (int64_t o = 0; o < width; o++) mark[near[o]] = 0;
+}
+
 #define HARTIGAN_SWEEP(T, SUFFIX)                                                              \
-    static double squared_gap_##SUFFIX(const double *x, const double *m, int64_t d) {          \
-        double acc[HARTIGAN_CHUNK] = {0.0}, s = 0.0;                                           \
-        int64_t j = 0;                                                                         \
-        for (; j + HARTIGAN_CHUNK <= d; j += HARTIGAN_CHUNK)                                   \
-            for (int64_t l = 0; l < HARTIGAN_CHUNK; l++)                                       \
-                acc[l] += (x[j + l] - m[j + l]) * (x[j + l] - m[j + l]);                       \
-        for (; j < d; j++) s += (x[j] - m[j]) * (x[j] - m[j]);                                 \
-        for (int64_t l = 0; l < HARTIGAN_CHUNK; l++) s += acc[l];                              \
-        return s;                                                                              \
-    }                                                                                          \
-                                                                                               \
     int64_t hartigan_sweep_##SUFFIX(const T *X, int64_t n, int64_t d, const T *w,              \
                                     int64_t *labels, int64_t k, double *means, double *mass,   \
                                     double *lower, double travel, const int64_t *order,        \
-                                    const double *gaps, double min_gain, double *x,            \
-                                    double *path, double *out) {                               \
+                                    const double *gaps, int64_t width, double min_gain,        \
+                                    double *x, double *path, unsigned char *mark,              \
+                                    double *out) {                                             \
         double lightest = INFINITY, longest = 0.0, gain = 0.0;                                 \
         for (int64_t c = 0; c < k; c++) {                                                      \
             path[c] = 0.0;                                                                     \
@@ -526,66 +585,40 @@ ENTMAX15_ROWS(double, f64)
             if (!(wi > 0.0) || !(mass[a] - wi > 0.0)) continue;                                \
             for (int64_t j = 0; j < d; j++) x[j] = (double)X[i * d + j];                       \
             double *ma = means + a * d;                                                        \
-            const double da = squared_gap_##SUFFIX(x, ma, d);                                  \
+            const double da = squared_gap(x, ma, d);                                           \
             const double saved = da * mass[a] / (mass[a] - wi);                                \
             const double leave = saved * (1.0 - min_gain);                                     \
             const double bound = lower[i] - longest, floor = bound > 0.0 ? bound * bound : 0.0;  \
-            if (lightest / (lightest + wi) * floor >= leave) continue;                         \
-            double best = leave, near = INFINITY, next = INFINITY, unpriced = INFINITY;        \
-            int64_t target = -1, nearest = -1;                                                 \
-            /* A mean farther than `reach` from a's at the sweep's start is still at least  \
-             * sqrt(leave / f) from x, f = M/(M + w) of the lightest: it cannot pay. */       \
             const double f_min = lightest / (lightest + wi);                                   \
+            if (f_min * floor >= leave) continue;                                              \
+            Pricing p = {leave, INFINITY, INFINITY, INFINITY, -1, -1};                         \
             const double reach = sqrt(da) + sqrt(leave / f_min) + 2.0 * longest;               \
-            for (int64_t o = 0; o < k; o++) {                                                  \
-                const int64_t b = order ? order[a * k + o] : o;                                \
-                if (order && gaps[a * k + o] >= reach) {                                       \
-                    unpriced = unpriced < leave / f_min ? unpriced : leave / f_min;            \
-                    break;                                                                     \
-                }                                                                              \
-                if (b == a || !(mass[b] > 0.0)) continue;                                      \
-                const double factor = mass[b] / (mass[b] + wi);                                \
-                if (factor * floor >= best) {                                                  \
-                    unpriced = floor; /* at least that far */                                  \
-                    continue;                                                                  \
-                }                                                                              \
-                const double s = squared_gap_##SUFFIX(x, means + b * d, d);                    \
-                if (s < near) {                                                                \
-                    next = near;                                                               \
-                    near = s;                                                                  \
-                    nearest = b;                                                               \
-                } else if (s < next) {                                                         \
-                    next = s;                                                                  \
-                }                                                                              \
-                const double cost = s * factor;                                                \
-                if (cost < best) {                                                             \
-                    best = cost;                                                               \
-                    target = b;                                                                \
-                }                                                                              \
-            }                                                                                  \
-            if (target < 0) {                                                                  \
-                lower[i] = sqrt(near < unpriced ? near : unpriced);                            \
+            price_all(&p, x, means, mass, d, k, a, wi, floor, order, gaps, width, reach,       \
+                      leave / f_min, mark);                                                    \
+            if (p.target < 0) {                                                                \
+                lower[i] = sqrt(p.near < p.unpriced ? p.near : p.unpriced);                    \
                 continue;                                                                      \
             }                                                                                  \
             /* The others are now a (which moves away from x) and all but the target. */      \
-            double other = target == nearest ? next : near;                                    \
-            other = other < unpriced ? other : unpriced;                                       \
+            double other = p.target == p.nearest ? p.next : p.near;                            \
+            other = other < p.unpriced ? other : p.unpriced;                                   \
             lower[i] = sqrt(da < other ? da : other);                                          \
-            double *mb = means + target * d;                                                   \
-            const double out = wi / (mass[a] - wi), in = wi / (mass[target] + wi);             \
+            const int64_t b = p.target;                                                        \
+            double *mb = means + b * d;                                                        \
+            const double leaving = wi / (mass[a] - wi), joining = wi / (mass[b] + wi);         \
             for (int64_t j = 0; j < d; j++) {                                                  \
-                ma[j] += (ma[j] - x[j]) * out;                                                 \
-                mb[j] += (x[j] - mb[j]) * in;                                                  \
+                ma[j] += (ma[j] - x[j]) * leaving;                                             \
+                mb[j] += (x[j] - mb[j]) * joining;                                             \
             }                                                                                  \
-            path[a] += sqrt(da) * out;                                                         \
-            path[target] += sqrt(best / mass[target] * (mass[target] + wi)) * in;              \
+            path[a] += sqrt(da) * leaving;                                                     \
+            path[b] += sqrt(p.best / mass[b] * (mass[b] + wi)) * joining;                      \
             longest = path[a] > longest ? path[a] : longest;                                   \
-            longest = path[target] > longest ? path[target] : longest;                         \
+            longest = path[b] > longest ? path[b] : longest;                                   \
             mass[a] -= wi;                                                                     \
-            mass[target] += wi;                                                                \
+            mass[b] += wi;                                                                     \
             lightest = mass[a] < lightest ? mass[a] : lightest;                                \
-            labels[i] = target;                                                                \
-            gain += wi * (saved - best);                                                       \
+            labels[i] = b;                                                                     \
+            gain += wi * (saved - p.best);                                                     \
             moves++;                                                                           \
         }                                                                                      \
         out[0] = longest;                                                                      \

@@ -46,9 +46,9 @@ from .search_passes import (
     sweeps_run,
 )
 from .swaps import (
+    HARTIGAN_NEIGHBOURS,
     HARTIGAN_ROUNDS,
     HARTIGAN_SWEEPS,
-    PAIRWISE_SCORES_MAX_K,
     REBALANCE_SHARE,
     SPLIT_MERGE_TRIALS,
     SWAP_CANDIDATES,
@@ -242,8 +242,7 @@ def _hartigan_sweeps(
     lower = best.second.double().clamp_min(0.0).sqrt_().sub_(gap)
     state = HartiganState(labels, means.double(), mass.double(), lower)
     for _ in range(HARTIGAN_SWEEPS):
-        if ws.k <= PAIRWISE_SCORES_MAX_K:
-            state.sort_gaps()
+        state.sort_gaps(HARTIGAN_NEIGHBOURS)
         moved = hartigan_sweep(ws, state)
         if moved is None:
             return None

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from .bounds import Drift
+from .bounds import GAP_BLOCK, Drift, rounding_margin
 from .distances import squared_norms
 
 log = logging.getLogger(__name__)
@@ -178,8 +178,8 @@ def library() -> ctypes.CDLL | None:
                 fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
                 fn = getattr(lib, f"hartigan_sweep_{suffix}")
                 fn.restype = ctypes.c_int64
-                fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _P, ctypes.c_double, _P, _P]
-                fn.argtypes += [ctypes.c_double, _P, _P, _P]
+                fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _P, ctypes.c_double, _P, _P, _I]
+                fn.argtypes += [ctypes.c_double, _P, _P, _P, _P]
             return lib
     return None
 
@@ -216,9 +216,9 @@ class HartiganState:
     let a sweep skip rows: ``lower``, each row's distance to the other clusters' means
     (float64; zeros: price every row), and ``travel``, the longest path of a mean over
     the last sweep; ``gain``: the inertia the last sweep's moves saved. ``order`` and
-    ``gaps`` (``k x k``, int64 and float64; ``None``: price every cluster): for each
-    cluster, all clusters by the distance between their means, ascending, as
-    :meth:`sort_gaps` makes them before a sweep."""
+    ``gaps`` (``k x width``, int64 and float64; ``None``: price every cluster): for each
+    cluster, its ``width`` nearest clusters by the distance between their means,
+    ascending, as :meth:`sort_gaps` makes them before a sweep."""
 
     labels: torch.Tensor
     means: torch.Tensor
@@ -229,9 +229,22 @@ class HartiganState:
     order: torch.Tensor | None = None
     gaps: torch.Tensor | None = None
 
-    def sort_gaps(self) -> None:
-        """``gaps`` and ``order`` of the means as they are now."""
-        self.gaps, self.order = torch.cdist(self.means, self.means).sort(dim=1)
+    def sort_gaps(self, width: int) -> None:
+        """``gaps`` and ``order`` of the means as they are now, at most ``width`` per
+        cluster (itself first), ``GAP_BLOCK`` clusters at a time; the gaps are lowered by
+        their rounding."""
+        means = self.means
+        k = means.shape[0]
+        width = min(width, k)
+        self.gaps = torch.empty((k, width), dtype=torch.float64)
+        self.order = torch.empty((k, width), dtype=torch.long)
+        c_sq_max = float(squared_norms(means).max())
+        margin = rounding_margin(c_sq_max, c_sq_max, means.shape[1], means.dtype)
+        for start in range(0, k, GAP_BLOCK):
+            rows = slice(start, start + GAP_BLOCK)
+            gaps = torch.cdist(means[rows], means)
+            torch.topk(gaps, width, dim=1, largest=False, out=(self.gaps[rows], self.order[rows]))
+        self.gaps.sub_(margin)
 
 
 class LloydKernel:
@@ -360,6 +373,7 @@ class LloydKernel:
         n, d = X.shape
         k = state.means.shape[0]
         scratch = torch.empty(d + k, dtype=torch.float64)
+        mark = torch.zeros(k, dtype=torch.uint8)
         out = (ctypes.c_double * 2)()
         moves = self._hartigan(
             X.data_ptr(),
@@ -374,9 +388,11 @@ class LloydKernel:
             state.travel,
             None if state.order is None else state.order.data_ptr(),
             None if state.gaps is None else state.gaps.data_ptr(),
+            0 if state.order is None else state.order.shape[1],
             min_gain,
             scratch.data_ptr(),
             scratch[d:].data_ptr(),
+            mark.data_ptr(),
             out,
         )
         state.travel, state.gain = out[0], out[1]

@@ -88,6 +88,10 @@ HARTIGAN_ROUNDS = 10
 #: Sweeps of sequential Hartigan moves at most; they stop earlier, at the first that
 #: saves less than a kept move must (``SWAP_MIN_GAIN``).
 HARTIGAN_SWEEPS = 50
+#: The nearest clusters, by their means' distances, that a sweep of Hartigan moves keeps
+#: sorted per cluster (it prices a point's candidates in that order, up to where none can
+#: pay): ``k x HARTIGAN_NEIGHBOURS`` indices and distances.
+HARTIGAN_NEIGHBOURS = 256
 #: A Hartigan move must lower its point's cost by more than this fraction (rounding).
 HARTIGAN_MIN_GAIN = 1e-6
 

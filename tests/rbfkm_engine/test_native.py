@@ -318,9 +318,13 @@ def test_a_hartigan_sweep_moves_the_points_one_at_a_time(
 
 @needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_hartigan_bounds_and_gaps_skip_pricing_without_changing_a_move(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("width", [3, 12])
+def test_hartigan_bounds_and_gaps_skip_pricing_without_changing_a_move(
+    dtype: torch.dtype, width: int
+) -> None:
     # Sweeps to a fixed point with the bounds each sweep leaves for the next and the means'
-    # sorted gaps, and with neither: the same moves, the same fixed point.
+    # sorted gaps (all of them, or each cluster's 3 nearest, past which a point's pricing
+    # goes on to the rest), and with neither: the same moves, the same fixed point.
     gen = torch.Generator().manual_seed(1)
     n, k = 2000, 12
     X = torch.randn(n, 3, generator=gen, dtype=dtype)
@@ -330,7 +334,7 @@ def test_hartigan_bounds_and_gaps_skip_pricing_without_changing_a_move(dtype: to
     bounded, plain = sweep_state(X, w, labels, k), sweep_state(X, w, labels, k)
     sweeps = 0
     while True:
-        bounded.sort_gaps()
+        bounded.sort_gaps(width)
         moved = kernel.hartigan_sweep(X, None, bounded, 1e-6)
         plain.lower.zero_()
         plain.travel = 0.0
