@@ -492,8 +492,10 @@ ENTMAX15_ROWS(double, f64)
  * each cluster its nearest by their means' distance `gaps` at the sweep's start,
  * ascending; may be NULL), only the clusters near enough to its own are priced for a
  * point (Elkan's triangle inequality between means; see price_all). Returns the number of
- * moves and writes this sweep's longest path and the inertia its moves saved to out[0] and
- * out[1]; x is scratch of d doubles, path of k doubles, mark of k zeroed bytes. */
+ * moves and writes the longest path and the inertia its moves saved to out[0] and out[1].
+ * A sweep may be made of calls on consecutive blocks of rows: path (k doubles, each
+ * mean's path in this sweep) is zeroed by the caller at the sweep's start and carried
+ * from call to call. x is scratch of d doubles, mark of k zeroed bytes. */
 #define HARTIGAN_CHUNK 8
 
 static double squared_gap(const double *x, const double *m, int64_t d) {
@@ -574,8 +576,8 @@ static void price_all(Pricing *p, const double *x, const double *means, const do
                                     double *out) {                                             \
         double lightest = INFINITY, longest = 0.0, gain = 0.0;                                 \
         for (int64_t c = 0; c < k; c++) {                                                      \
-            path[c] = 0.0;                                                                     \
             if (mass[c] > 0.0 && mass[c] < lightest) lightest = mass[c];                       \
+            longest = path[c] > longest ? path[c] : longest;                                   \
         }                                                                                      \
         int64_t moves = 0;                                                                     \
         for (int64_t i = 0; i < n; i++) {                                                      \

@@ -33,7 +33,7 @@ import os
 import platform
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -215,7 +215,8 @@ class HartiganState:
     the clusters' ``means`` (``k x d``) and ``mass`` (``k``), float64, and the bounds that
     let a sweep skip rows: ``lower``, each row's distance to the other clusters' means
     (float64; zeros: price every row), and ``travel``, the longest path of a mean over
-    the last sweep; ``gain``: the inertia the last sweep's moves saved. ``order`` and
+    the last sweep; ``gain``: the inertia the last sweep's moves saved; ``path``, each
+    mean's path in the sweep under way, and ``longest``, their maximum. ``order`` and
     ``gaps`` (``k x width``, int64 and float64; ``None``: price every cluster): for each
     cluster, its ``width`` nearest clusters by the distance between their means,
     ascending, as :meth:`sort_gaps` makes them before a sweep."""
@@ -228,6 +229,11 @@ class HartiganState:
     gain: float = 0.0
     order: torch.Tensor | None = None
     gaps: torch.Tensor | None = None
+    path: torch.Tensor = field(init=False)
+    longest: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.path = torch.zeros(self.means.shape[0], dtype=torch.float64)
 
     def sort_gaps(self, width: int) -> None:
         """``gaps`` and ``order`` of the means as they are now, at most ``width`` per
@@ -364,39 +370,46 @@ class LloydKernel:
         )
 
     def hartigan_sweep(
-        self, X: torch.Tensor, w: torch.Tensor | None, state: HartiganState, min_gain: float
-    ) -> int:
-        """One sweep of Hartigan's method over the rows of ``X`` (contiguous, the kernel's
-        type), in row order: each row moves, when that lowers the inertia by more than
-        ``min_gain`` of what leaving its cluster saves, to the cluster where it costs
-        least, ``state`` following every move. Returns the number of moves."""
-        n, d = X.shape
+        self,
+        X: torch.Tensor,
+        w: torch.Tensor | None,
+        state: HartiganState,
+        block: slice,
+        min_gain: float,
+    ) -> tuple[int, float]:
+        """A sweep of Hartigan's method over the rows ``X`` (contiguous, the kernel's
+        type) and their weights ``w`` (``None``: all 1), rows ``block`` of ``state``'s, in
+        row order: each row moves, when that lowers the inertia by more than ``min_gain``
+        of what leaving its cluster saves, to the cluster where it costs least, ``state``
+        following every move. Blocks after one another in one sweep carry ``state.path``,
+        which the sweep zeroes first. Returns the moves and the inertia they saved."""
+        m, d = X.shape
         k = state.means.shape[0]
-        scratch = torch.empty(d + k, dtype=torch.float64)
+        scratch = torch.empty(d, dtype=torch.float64)
         mark = torch.zeros(k, dtype=torch.uint8)
         out = (ctypes.c_double * 2)()
         moves = self._hartigan(
             X.data_ptr(),
-            n,
+            m,
             d,
             None if w is None else w.data_ptr(),
-            state.labels.data_ptr(),
+            state.labels[block].data_ptr(),
             k,
             state.means.data_ptr(),
             state.mass.data_ptr(),
-            state.lower.data_ptr(),
+            state.lower[block].data_ptr(),
             state.travel,
             None if state.order is None else state.order.data_ptr(),
             None if state.gaps is None else state.gaps.data_ptr(),
             0 if state.order is None else state.order.shape[1],
             min_gain,
             scratch.data_ptr(),
-            scratch[d:].data_ptr(),
+            state.path.data_ptr(),
             mark.data_ptr(),
             out,
         )
-        state.travel, state.gain = out[0], out[1]
-        return int(moves)
+        state.longest = out[0]
+        return int(moves), out[1]
 
 
 def _pass_args(

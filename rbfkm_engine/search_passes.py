@@ -117,18 +117,26 @@ def hartigan_moves(
 def hartigan_sweep(ws: Workspace, state: HartiganState) -> int | None:
     """One sweep of Hartigan's method: every point in turn moved (``state.labels`` in
     place) when that lowers the inertia, ``state``'s means and masses following each move;
-    returns how many moved.
+    returns how many moved (``state.gain``: the inertia they saved).
 
     Sequential moves cannot overshoot as :func:`hartigan_moves`' batch can, so the sweeps
-    reach fixed points the batch does not. ``None`` where they cannot run: without the
-    kernel (a GPU, no compiler), or on one shard of a data-parallel fit (a sweep needs
-    every row in turn).
+    reach fixed points the batch does not. Block after block, in order, on one thread (the
+    fit's ``check`` before each). ``None`` where they cannot run: without the kernel (a
+    GPU, no compiler), or on one shard of a data-parallel fit (a sweep needs every row in
+    turn).
     """
     if not sweeps_run(ws):
         return None
     assert ws.kernel is not None
-    ws.check()
-    return ws.kernel.hartigan_sweep(ws.X, ws.w, state, HARTIGAN_MIN_GAIN)
+    state.path.zero_()
+    moves, state.gain = 0, 0.0
+    for rows in ws.chunks():
+        X, w = ws.X[rows], ws.weights(rows)
+        moved, saved = ws.kernel.hartigan_sweep(X, w, state, rows, HARTIGAN_MIN_GAIN)
+        moves += moved
+        state.gain += saved
+    state.travel = state.longest
+    return moves
 
 
 def sweeps_run(ws: Workspace) -> bool:
