@@ -246,7 +246,7 @@ def _hartigan_sweeps(
         moved = hartigan_sweep(ws, state)
         if moved is None:
             return None
-        # A sweep that saves less than a kept move must: the next would save less still.
+        # Stop once a sweep saves less than a kept move must (the savings fall off).
         if moved == 0 or state.gain <= SWAP_MIN_GAIN * best.inertia or ctx.budget.exhausted:
             break
     return state.means
