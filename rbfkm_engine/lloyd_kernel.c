@@ -486,9 +486,9 @@ ENTMAX15_ROWS(double, f64)
  * lower[i] bounds the distance (not squared) from point i to every other cluster's mean
  * as of the last sweep's start or the point's pricing since; this sweep first lowers it by
  * `travel` (from the caller: the longest path of a mean over the last sweep), and a mean
- * has since moved at most the longest path of this sweep so far. A cluster that the bound
- * shows cannot pay for the point's leaving, at its M/(M + w), is not priced, and a point
- * that no cluster can pay for (the lightest) is passed over. With `order` (k x width: for
+ * has since moved at most its path in this sweep so far. A cluster that the bound shows
+ * cannot pay for the point's leaving, at its M/(M + w), is not priced, and a point that
+ * no cluster can pay for (the lightest, at the longest path) is passed over. With `order` (k x width: for
  * each cluster its nearest by their means' distance `gaps` at the sweep's start,
  * ascending; may be NULL), only the clusters near enough to its own are priced for a
  * point (Elkan's triangle inequality between means; see price_all). Returns the number of
@@ -517,15 +517,31 @@ typedef struct {
     int64_t target, nearest;
 } Pricing;
 
-static void price(Pricing *p, const double *x, const double *means, const double *mass,
-                  int64_t d, int64_t a, int64_t b, double wi, double floor) {
-    if (b == a || !(mass[b] > 0.0)) return;
-    const double factor = mass[b] / (mass[b] + wi);
+/* The clusters as a sweep prices them: means (k x d) and masses, each mean's path in this
+ * sweep, and the sorted gaps (see hartigan_sweep) with `mark`, k zeroed bytes. */
+typedef struct {
+    double *means, *mass;
+    const double *path;
+    int64_t d, k;
+    const int64_t *order;
+    const double *gaps;
+    int64_t width;
+    unsigned char *mark;
+} Clusters;
+
+/* Price cluster b for the point x of cluster a and weight wi, whose distance to every
+ * other mean was at least `bound` at the sweep's start: b's mean has since moved at most
+ * its path. */
+static void price(Pricing *p, const Clusters *c, const double *x, int64_t a, int64_t b,
+                  double wi, double bound) {
+    if (b == a || !(c->mass[b] > 0.0)) return;
+    const double factor = c->mass[b] / (c->mass[b] + wi);
+    const double gap = bound - c->path[b], floor = gap > 0.0 ? gap * gap : 0.0;
     if (factor * floor >= p->best) { /* at least floor away: cannot pay */
         p->unpriced = p->unpriced < floor ? p->unpriced : floor;
         return;
     }
-    const double s = squared_gap(x, means + b * d, d);
+    const double s = squared_gap(x, c->means + b * c->d, c->d);
     if (s < p->near) {
         p->next = p->near;
         p->near = s;
@@ -541,30 +557,29 @@ static void price(Pricing *p, const double *x, const double *means, const double
 
 /* Price the clusters that can pay for a point of cluster a at x: with `order`, a's
  * `width` nearest clusters by the means' distances `gaps` at the sweep's start, up to
- * `reach` (a mean farther than that from a's is still at least sqrt(leave / f_min) from
- * x), then, if the list ran out within reach, every cluster not in it (`mark`: k zeroed
- * bytes, left zeroed); without, every cluster. */
-static void price_all(Pricing *p, const double *x, const double *means, const double *mass,
-                      int64_t d, int64_t k, int64_t a, double wi, double floor,
-                      const int64_t *order, const double *gaps, int64_t width, double reach,
-                      double far, unsigned char *mark) {
-    if (!order) {
-        for (int64_t b = 0; b < k; b++) price(p, x, means, mass, d, a, b, wi, floor);
+ * `reach` (a mean farther than that from a's is still at least sqrt(far) from x), then,
+ * if the list ran out within reach, every cluster not in it (`mark`, left zeroed);
+ * without, every cluster. */
+static void price_all(Pricing *p, const Clusters *c, const double *x, int64_t a, double wi,
+                      double bound, double reach, double far) {
+    if (!c->order) {
+        for (int64_t b = 0; b < c->k; b++) price(p, c, x, a, b, wi, bound);
         return;
     }
-    const int64_t *near = order + a * width;
-    for (int64_t o = 0; o < width; o++) {
-        if (gaps[a * width + o] >= reach) {
+    const int64_t *near = c->order + a * c->width;
+    const double *gaps = c->gaps + a * c->width;
+    for (int64_t o = 0; o < c->width; o++) {
+        if (gaps[o] >= reach) {
             p->unpriced = p->unpriced < far ? p->unpriced : far;
             return;
         }
-        price(p, x, means, mass, d, a, near[o], wi, floor);
+        price(p, c, x, a, near[o], wi, bound);
     }
-    if (width == k) return;
-    for (int64_t o = 0; o < width; o++) mark[near[o]] = 1;
-    for (int64_t b = 0; b < k; b++)
-        if (!mark[b]) price(p, x, means, mass, d, a, b, wi, floor);
-    for (int64_t o = 0; o < width; o++) mark[near[o]] = 0;
+    if (c->width == c->k) return;
+    for (int64_t o = 0; o < c->width; o++) c->mark[near[o]] = 1;
+    for (int64_t b = 0; b < c->k; b++)
+        if (!c->mark[b]) price(p, c, x, a, b, wi, bound);
+    for (int64_t o = 0; o < c->width; o++) c->mark[near[o]] = 0;
 }
 
 #define HARTIGAN_SWEEP(T, SUFFIX)                                                              \
@@ -574,6 +589,7 @@ static void price_all(Pricing *p, const double *x, const double *means, const do
                                     const double *gaps, int64_t width, double min_gain,        \
                                     double *x, double *path, unsigned char *mark,              \
                                     double *out) {                                             \
+        const Clusters clusters = {means, mass, path, d, k, order, gaps, width, mark};         \
         double lightest = INFINITY, longest = 0.0, gain = 0.0;                                 \
         for (int64_t c = 0; c < k; c++) {                                                      \
             if (mass[c] > 0.0 && mass[c] < lightest) lightest = mass[c];                       \
@@ -595,8 +611,7 @@ static void price_all(Pricing *p, const double *x, const double *means, const do
             if (f_min * floor >= leave) continue;                                              \
             Pricing p = {leave, INFINITY, INFINITY, INFINITY, -1, -1};                         \
             const double reach = sqrt(da) + sqrt(leave / f_min) + 2.0 * longest;               \
-            price_all(&p, x, means, mass, d, k, a, wi, floor, order, gaps, width, reach,       \
-                      leave / f_min, mark);                                                    \
+            price_all(&p, &clusters, x, a, wi, lower[i], reach, leave / f_min);                \
             if (p.target < 0) {                                                                \
                 lower[i] = sqrt(p.near < p.unpriced ? p.near : p.unpriced);                    \
                 continue;                                                                      \
