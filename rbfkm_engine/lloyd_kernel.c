@@ -488,14 +488,14 @@ ENTMAX15_ROWS(double, f64)
  * `travel` (from the caller: the longest path of a mean over the last sweep), and a mean
  * has since moved at most its path in this sweep so far. A cluster that the bound shows
  * cannot pay for the point's leaving, at its M/(M + w), is not priced, and a point that
- * no cluster can pay for (the lightest, at the longest path) is passed over. With `order` (k x width: for
- * each cluster its nearest by their means' distance `gaps` at the sweep's start,
- * ascending; may be NULL), only the clusters near enough to its own are priced for a
- * point (Elkan's triangle inequality between means; see price_all). Returns the number of
- * moves and writes the longest path and the inertia its moves saved to out[0] and out[1].
- * A sweep may be made of calls on consecutive blocks of rows: path (k doubles, each
- * mean's path in this sweep) is zeroed by the caller at the sweep's start and carried
- * from call to call. x is scratch of d doubles, mark of k zeroed bytes. */
+ * no cluster can pay for (the lightest, at the longest path) is passed over. With
+ * `order` (k x width: for each cluster its nearest by their means' distance `gaps` at the
+ * sweep's start, ascending; may be NULL), only the clusters near enough to its own are
+ * priced for a point (Elkan's triangle inequality between means; see price_all). Returns
+ * the number of moves and writes the inertia they saved to *saved. A sweep may be made of
+ * calls on consecutive blocks of rows: path (k doubles, each mean's path in this sweep)
+ * is zeroed by the caller at the sweep's start and carried from call to call. x is
+ * scratch of d doubles, mark of k zeroed bytes. */
 #define HARTIGAN_CHUNK 8
 
 static double squared_gap(const double *x, const double *m, int64_t d) {
@@ -588,7 +588,7 @@ static void price_all(Pricing *p, const Clusters *c, const double *x, int64_t a,
                                     double *lower, double travel, const int64_t *order,        \
                                     const double *gaps, int64_t width, double min_gain,        \
                                     double *x, double *path, unsigned char *mark,              \
-                                    double *out) {                                             \
+                                    double *saved) {                                           \
         const Clusters clusters = {means, mass, path, d, k, order, gaps, width, mark};         \
         double lightest = INFINITY, longest = 0.0, gain = 0.0;                                 \
         for (int64_t c = 0; c < k; c++) {                                                      \
@@ -604,8 +604,8 @@ static void price_all(Pricing *p, const Clusters *c, const double *x, int64_t a,
             for (int64_t j = 0; j < d; j++) x[j] = (double)X[i * d + j];                       \
             double *ma = means + a * d;                                                        \
             const double da = squared_gap(x, ma, d);                                           \
-            const double saved = da * mass[a] / (mass[a] - wi);                                \
-            const double leave = saved * (1.0 - min_gain);                                     \
+            const double freed = da * mass[a] / (mass[a] - wi);                                \
+            const double leave = freed * (1.0 - min_gain);                                     \
             const double bound = lower[i] - longest, floor = bound > 0.0 ? bound * bound : 0.0;  \
             const double f_min = lightest / (lightest + wi);                                   \
             if (f_min * floor >= leave) continue;                                              \
@@ -635,11 +635,10 @@ static void price_all(Pricing *p, const Clusters *c, const double *x, int64_t a,
             mass[b] += wi;                                                                     \
             lightest = mass[a] < lightest ? mass[a] : lightest;                                \
             labels[i] = b;                                                                     \
-            gain += wi * (saved - p.best);                                                     \
+            gain += wi * (freed - p.best);                                                     \
             moves++;                                                                           \
         }                                                                                      \
-        out[0] = longest;                                                                      \
-        out[1] = gain;                                                                         \
+        *saved = gain;                                                                         \
         return moves;                                                                          \
     }
 

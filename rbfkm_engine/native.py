@@ -216,7 +216,7 @@ class HartiganState:
     let a sweep skip rows: ``lower``, each row's distance to the other clusters' means
     (float64; zeros: price every row), and ``travel``, the longest path of a mean over
     the last sweep; ``gain``: the inertia the last sweep's moves saved; ``path``, each
-    mean's path in the sweep under way, and ``longest``, their maximum. ``order`` and
+    mean's path in the sweep under way. ``order`` and
     ``gaps`` (``k x width``, int64 and float64; ``None``: price every cluster): for each
     cluster, its ``width`` nearest clusters by the distance between their means,
     ascending, as :meth:`sort_gaps` makes them before a sweep."""
@@ -230,7 +230,6 @@ class HartiganState:
     order: torch.Tensor | None = None
     gaps: torch.Tensor | None = None
     path: torch.Tensor = field(init=False)
-    longest: float = 0.0
 
     def __post_init__(self) -> None:
         self.path = torch.zeros(self.means.shape[0], dtype=torch.float64)
@@ -387,7 +386,7 @@ class LloydKernel:
         k = state.means.shape[0]
         scratch = torch.empty(d, dtype=torch.float64)
         mark = torch.zeros(k, dtype=torch.uint8)
-        out = (ctypes.c_double * 2)()
+        saved = ctypes.c_double()
         moves = self._hartigan(
             X.data_ptr(),
             m,
@@ -406,10 +405,9 @@ class LloydKernel:
             scratch.data_ptr(),
             state.path.data_ptr(),
             mark.data_ptr(),
-            out,
+            ctypes.byref(saved),
         )
-        state.longest = out[0]
-        return int(moves), out[1]
+        return int(moves), saved.value
 
 
 def _pass_args(

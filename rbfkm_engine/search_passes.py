@@ -135,7 +135,7 @@ def hartigan_sweep(ws: Workspace, state: HartiganState) -> int | None:
         moved, saved = ws.kernel.hartigan_sweep(X, w, state, rows, HARTIGAN_MIN_GAIN)
         moves += moved
         state.gain += saved
-    state.travel = state.longest
+    state.travel = float(state.path.max())
     return moves
 
 

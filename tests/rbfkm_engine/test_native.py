@@ -14,6 +14,8 @@ import torch
 
 from rbfkm_engine import RBFKMeans, native, passes
 
+from .test_swaps import sse
+
 needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler"
 )
@@ -268,16 +270,6 @@ def hartigan_sweep_reference(
     return means, saved
 
 
-def sse(X: np.ndarray, w: np.ndarray, labels: np.ndarray, k: int) -> float:
-    """The weighted inertia of ``labels`` at their clusters' means."""
-    total = 0.0
-    for c in range(k):
-        rows = labels == c
-        mean = np.average(X[rows], axis=0, weights=w[rows])
-        total += float((w[rows] * ((X[rows] - mean) ** 2).sum(axis=1)).sum())
-    return total
-
-
 def sweep_state(X: torch.Tensor, w: torch.Tensor, labels: torch.Tensor, k: int):
     """The kernel's sweep state for ``labels``: exact means and masses, no bounds."""
     Xd, wd = X.double(), w.double()
@@ -313,7 +305,7 @@ def test_a_hartigan_sweep_moves_the_points_one_at_a_time(
     np.testing.assert_array_equal(state.labels.numpy(), expected)
     np.testing.assert_allclose(state.means.numpy(), means, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(state.mass.numpy(), np.bincount(expected, wn, k), rtol=1e-12)
-    before, after = sse(Xn, wn, labels.numpy(), k), sse(Xn, wn, expected, k)
+    before, after = sse(Xn, labels.numpy(), wn, k), sse(Xn, expected, wn, k)
     assert gain == pytest.approx(saved, rel=1e-9) and after == pytest.approx(before - saved)
 
 
