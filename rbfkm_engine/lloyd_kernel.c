@@ -14,8 +14,9 @@
  * changed between the sums (the caller keeps sums between passes); 2 labels only.
  * Sums are float64 whatever the data's type. lloyd_bounded is the same pass with Hamerly's
  * bounds (rbfkm_engine/bounds.py); lloyd_iteration is a pass and its M-step in one call
- * (for small data, where the ops around a pass cost more than the pass); row_minima and
- * entmax15_rows serve the soft passes; hartigan_sweep the local search.
+ * (for small data, where the ops around a pass cost more than the pass); soft_block is a
+ * block of an entmax15 pass, and row_minima and entmax15_rows serve the soft passes that
+ * stay in torch; hartigan_sweep the local search.
  * No allocation, no global state: blocks run on the caller's threads at once.
  */
 #include <float.h>
@@ -69,6 +70,19 @@
                 for (int g = 0; g < G; g++) acc[r][g] += x * ct[g];                            \
             }                                                                                  \
         }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* partials from column j: GROUPS groups where kp leaves room, else one (a constant        \
+     * G in each call, so the loops unroll); returns the groups computed. */                   \
+    static inline __attribute__((always_inline)) int partials_from_##SUFFIX(                   \
+        const T *const xs[ROWS], int64_t d, const T *restrict CT, const T *restrict c_sq,      \
+        int64_t kp, int64_t j, V acc[ROWS][GROUPS]) {                                          \
+        if (j + GROUPS * LANES <= kp) {                                                        \
+            partials_##SUFFIX(xs, d, CT, c_sq, kp, j, GROUPS, acc);                            \
+            return GROUPS;                                                                     \
+        }                                                                                      \
+        partials_##SUFFIX(xs, d, CT, c_sq, kp, j, 1, acc);                                     \
+        return 1;                                                                              \
     }                                                                                          \
                                                                                                \
     /* Keep, lane by lane, the smaller of best and p (the earlier column on ties). */          \
@@ -125,11 +139,7 @@
             next[r] = best[r];                                                                 \
         }                                                                                      \
         for (int64_t j = 0; j < kp;) {                                                         \
-            const int G = j + GROUPS * LANES <= kp ? GROUPS : 1;                               \
-            if (G == GROUPS)                                                                   \
-                partials_##SUFFIX(xs, d, CT, c_sq, kp, j, GROUPS, acc);                        \
-            else                                                                               \
-                partials_##SUFFIX(xs, d, CT, c_sq, kp, j, 1, acc);                             \
+            const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
             for (int g = 0; g < G; g++) {                                                      \
                 for (int r = 0; r < ROWS; r++) {                                               \
                     if (second)                                                                \
@@ -422,52 +432,61 @@
         }                                                                                      \
     }                                                                                          \
                                                                                                \
+    /* entmax15 of one row of width scores z into q (which may be z), its                 \
+     * sum_j q_j z_j, sum_j q_j^1.5 and support size. */                                      \
+    static void entmax15_row_##SUFFIX(const T *zi, int64_t width, T *qi, T *restrict work,    \
+                                      double *spent, double *power, int32_t *support) {       \
+        T top = zi[0];                                                                         \
+        for (int64_t j = 1; j < width; j++) top = zi[j] > top ? zi[j] : top;                   \
+        int64_t n = 0;                                                                         \
+        for (int64_t j = 0; j < width; j++) {                                                  \
+            const T x = (zi[j] - top) / 2;                                                     \
+            if (x > (T)-1) work[n++] = x;                                                      \
+        }                                                                                      \
+        if (n <= INSERTION_SORT_MAX)                                                           \
+            sort_descending_##SUFFIX(work, n);                                                 \
+        else                                                                                   \
+            qsort(work, (size_t)n, sizeof(T), descending_##SUFFIX);                            \
+        double sum = 0.0, sum_sq = 0.0;                                                        \
+        T tau_star = work[0] - (T)1;                                                           \
+        for (int64_t k = 0; k < n; k++) {                                                      \
+            const double rho = (double)(k + 1);                                                \
+            sum += work[k];                                                                    \
+            sum_sq += (double)work[k] * work[k];                                               \
+            const double mean = sum / rho, mean_sq = sum_sq / rho;                             \
+            const double delta = (1.0 - rho * (mean_sq - mean * mean)) / rho;                  \
+            const T tau = (T)(mean - sqrt(delta > 0.0 ? delta : 0.0));                         \
+            if (tau > work[k]) break;                                                          \
+            tau_star = tau;                                                                    \
+        }                                                                                      \
+        double spent_i = 0.0, power_i = 0.0;                                                   \
+        int32_t nonzero = 0;                                                                   \
+        for (int64_t j = 0; j < width; j++) {                                                  \
+            const T zj = zi[j]; /* q may be z itself: read before writing */                   \
+            T v = (zj - top) / 2 - tau_star;                                                   \
+            v = v > (T)0 ? v * v : (T)0;                                                       \
+            qi[j] = v;                                                                         \
+            if (v > (T)0) {                                                                    \
+                nonzero++;                                                                     \
+                spent_i += (double)v * zj;                                                     \
+                power_i += (double)v * sqrt((double)v);                                        \
+            }                                                                                  \
+        }                                                                                      \
+        *spent = spent_i;                                                                      \
+        *power = power_i;                                                                      \
+        *support = nonzero;                                                                    \
+    }                                                                                          \
+                                                                                               \
     void entmax15_rows_##SUFFIX(const T *z, int64_t r, int64_t width, int64_t ldz, T sigma,    \
                                 T *q, int64_t ldq, T *restrict spent,                          \
                                 T *restrict tsallis, int32_t *restrict support,                \
                                 T *restrict work) {                                            \
         for (int64_t i = 0; i < r; i++) {                                                      \
-            const T *zi = z + i * ldz;                                                         \
-            T *qi = q + i * ldq;                                                               \
-            T top = zi[0];                                                                     \
-            for (int64_t j = 1; j < width; j++) top = zi[j] > top ? zi[j] : top;               \
-            int64_t n = 0;                                                                     \
-            for (int64_t j = 0; j < width; j++) {                                              \
-                const T x = (zi[j] - top) / 2;                                                 \
-                if (x > (T)-1) work[n++] = x;                                                  \
-            }                                                                                  \
-            if (n <= INSERTION_SORT_MAX)                                                       \
-                sort_descending_##SUFFIX(work, n);                                             \
-            else                                                                               \
-                qsort(work, (size_t)n, sizeof(T), descending_##SUFFIX);                        \
-            double sum = 0.0, sum_sq = 0.0;                                                    \
-            T tau_star = work[0] - (T)1;                                                       \
-            for (int64_t k = 0; k < n; k++) {                                                  \
-                const double rho = (double)(k + 1);                                            \
-                sum += work[k];                                                                \
-                sum_sq += (double)work[k] * work[k];                                           \
-                const double mean = sum / rho, mean_sq = sum_sq / rho;                         \
-                const double delta = (1.0 - rho * (mean_sq - mean * mean)) / rho;              \
-                const T tau = (T)(mean - sqrt(delta > 0.0 ? delta : 0.0));                     \
-                if (tau > work[k]) break;                                                      \
-                tau_star = tau;                                                                \
-            }                                                                                  \
-            double spent_i = 0.0, power = 0.0;                                                 \
-            int32_t nonzero = 0;                                                               \
-            for (int64_t j = 0; j < width; j++) {                                              \
-                const T zj = zi[j]; /* q may be z itself: read before writing */               \
-                T v = (zj - top) / 2 - tau_star;                                               \
-                v = v > (T)0 ? v * v : (T)0;                                                   \
-                qi[j] = v;                                                                     \
-                if (v > (T)0) {                                                                \
-                    nonzero++;                                                                 \
-                    spent_i += (double)v * zj;                                                 \
-                    power += (double)v * sqrt((double)v);                                      \
-                }                                                                              \
-            }                                                                                  \
+            double spent_i, power;                                                             \
+            entmax15_row_##SUFFIX(z + i * ldz, width, q + i * ldq, work, &spent_i, &power,     \
+                                  support + i);                                                \
             spent[i] = (T)(-(double)sigma * spent_i);                                          \
             tsallis[i] = (T)((4.0 / 3.0) * (1.0 - power));                                     \
-            support[i] = nonzero;                                                              \
         }                                                                                      \
     }
 
@@ -648,5 +667,140 @@ HARTIGAN_SWEEP(double, f64)
 LLOYD_KERNELS(float, vfloat, int32_t, 8, f32, FLT_MIN)
 LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
 
+/* One block of an entmax15 pass at temperature sigma, fused (rbfkm_engine/passes.py,
+ * Workspace.step): each row's partial distances (direct from CT, or read from D as in
+ * lloyd_block), its nearest centre and squared distance, its responsibilities and its
+ * shares of the sums. The map covers the centres within 2 sigma of the nearest, the only
+ * ones the support can hold (a row with one such centre is one-hot). Added to, in
+ * float64: the M-step sums num (k x d) and den (k), the spread sum_i w_i R_ij
+ * ||x_i - c_j||^2 (k; may be NULL) and stats: [0] sum_i w_i energy_i (sum_j R_ij D_ij -
+ * sigma H(R_i)), [1] sum_i w_i min_dist_i, [2] the nonzero responsibilities (a centre's
+ * twin, column j + twins, counted with the centre; twins = k without twins), [3] the rows
+ * that are not one-hot, [4] their weight. labels and min_dist (m) are written. The torch
+ * pass's values (assign.py, mstep.py) up to rounding. Scratch: soft_scratch(kp) values of
+ * T, kp int64 and twins bytes, zero (left zero). */
+#define SOFT_PASS(T, V, LANES, SUFFIX)                                                         \
+    typedef struct {                                                                           \
+        const T *X, *x_sq, *w;                                                                 \
+        int64_t d, k, kp, twins;                                                               \
+        T sigma;                                                                               \
+        int64_t *labels;                                                                       \
+        T *min_dist;                                                                           \
+        double *num, *den, *spread, *stats;                                                    \
+        T *z, *q, *work; /* a row's scores, responsibilities and sort space (kp each) */       \
+        int64_t *cols;   /* the columns of q */                                                \
+        unsigned char *mark;                                                                   \
+    } SoftPass_##SUFFIX;                                                                       \
+                                                                                               \
+    /* Row i's responsibilities q on columns cols from its partial distances p (dmin the       \
+     * least, at lab); returns how many, writes whether the row is soft and its energy. */     \
+    static int64_t soft_map_##SUFFIX(const SoftPass_##SUFFIX *s, const T *p, T dmin,           \
+                                     int64_t lab, T dist, int *soft, double *energy) {         \
+        const T sigma = s->sigma;                                                              \
+        int64_t n = 0;                                                                         \
+        *soft = 0;                                                                             \
+        *energy = dist;                                                                        \
+        const T bound = dmin + 2 * sigma;                                                      \
+        for (int64_t j = 0; j < s->k; j++) {                                                   \
+            if (!(p[j] < bound)) continue;                                                     \
+            const T score = (p[j] - dmin) / -sigma;                                            \
+            s->z[n] = score > (T)-4 ? score : (T)-4;                                           \
+            s->cols[n++] = j;                                                                  \
+        }                                                                                      \
+        if (n < 2) {                                                                           \
+            s->q[0] = 1;                                                                       \
+            s->cols[0] = lab;                                                                  \
+            return 1;                                                                          \
+        }                                                                                      \
+        double spent, power;                                                                   \
+        int32_t support;                                                                       \
+        entmax15_row_##SUFFIX(s->z, n, s->q, s->work, &spent, &power, &support);               \
+        const T cost = (T)(-(double)sigma * spent);                                            \
+        const T entropy = (T)((4.0 / 3.0) * (1.0 - power));                                    \
+        *soft = support > 1;                                                                   \
+        *energy = (double)(dist + (cost - sigma * entropy));                                   \
+        return n;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    /* Row i's share of the pass, from its partial distances p (kp columns, padding +inf). */  \
+    static void soft_row_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t i, const T *p) {         \
+        T dmin;                                                                                \
+        const int64_t lab = nearest_row_##SUFFIX(p, s->kp, &dmin);                             \
+        const T x_sq = s->x_sq[i];                                                             \
+        T dist = dmin + x_sq;                                                                  \
+        dist = dist < (T)0 ? (T)0 : dist;                                                      \
+        s->labels[i] = lab;                                                                    \
+        s->min_dist[i] = dist;                                                                 \
+        const double wi = s->w ? (double)s->w[i] : 1.0;                                        \
+        int soft;                                                                              \
+        double energy;                                                                         \
+        const int64_t n = soft_map_##SUFFIX(s, p, dmin, lab, dist, &soft, &energy);            \
+        double *stats = s->stats;                                                              \
+        stats[0] += wi * energy;                                                               \
+        stats[1] += wi * (double)dist;                                                         \
+        stats[3] += soft;                                                                      \
+        stats[4] += soft ? wi : 0.0;                                                           \
+        const T *x = s->X + i * s->d;                                                          \
+        for (int64_t r = 0; r < n; r++) {                                                      \
+            if (!(s->q[r] > (T)0)) continue;                                                   \
+            const int64_t j = s->cols[r], centre = j < s->twins ? j : j - s->twins;            \
+            stats[2] += !s->mark[centre];                                                      \
+            s->mark[centre] = 1;                                                               \
+            const double wq = wi * (double)s->q[r];                                            \
+            double *a = s->num + j * s->d;                                                     \
+            for (int64_t t = 0; t < s->d; t++) a[t] += wq * (double)x[t];                      \
+            s->den[j] += wq;                                                                   \
+            if (!s->spread) continue;                                                          \
+            const T dj = p[j] + x_sq;                                                          \
+            s->spread[j] += wq * (double)(dj < (T)0 ? (T)0 : dj);                              \
+        }                                                                                      \
+        for (int64_t r = 0; r < n; r++)                                                        \
+            s->mark[s->cols[r] < s->twins ? s->cols[r] : s->cols[r] - s->twins] = 0;           \
+    }                                                                                          \
+                                                                                               \
+    /* The partial distances of the ROWS rows xs to every centre, into part (ROWS x kp). */    \
+    static void soft_partials_##SUFFIX(const T *const xs[ROWS], int64_t d, const T *CT,        \
+                                       const T *c_sq, int64_t kp, T *part) {                   \
+        V acc[ROWS][GROUPS];                                                                   \
+        for (int64_t j = 0; j < kp;) {                                                         \
+            const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
+            for (int r = 0; r < ROWS; r++)                                                     \
+                for (int g = 0; g < G; g++)                                                    \
+                    memcpy(part + r * kp + j + g * LANES, &acc[r][g], sizeof(V));              \
+            j += G * LANES;                                                                    \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    void soft_block_##SUFFIX(const T *X, int64_t m, int64_t d, const T *x_sq, const T *CT,     \
+                             const T *c_sq, int64_t kp, const T *D, int64_t ldd, const T *w,   \
+                             int64_t k, T sigma, int64_t twins,                                \
+                             int64_t *labels, T *min_dist, double *num, double *den,           \
+                             double *spread, double *stats, T *scratch, int64_t *cols,         \
+                             unsigned char *mark) {                                            \
+        T *part = scratch, *z = scratch + ROWS * kp;                                           \
+        const SoftPass_##SUFFIX s = {X, x_sq, w, d, k, kp, twins, sigma, labels,               \
+                                     min_dist, num, den, spread, stats, z, z + kp,             \
+                                     z + 2 * kp, cols, mark};                                  \
+        for (int64_t i = 0; i < m; i += ROWS) {                                                \
+            const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
+            if (D) {                                                                           \
+                for (int r = 0; r < rows; r++)                                                 \
+                    soft_row_##SUFFIX(&s, i + r, D + (i + r) * ldd);                           \
+                continue;                                                                      \
+            }                                                                                  \
+            const T *xs[ROWS];                                                                 \
+            for (int r = 0; r < ROWS; r++) xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;    \
+            soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part);                                 \
+            for (int r = 0; r < rows; r++) soft_row_##SUFFIX(&s, i + r, part + r * kp);        \
+        }                                                                                      \
+    }
+
+SOFT_PASS(float, vfloat, 8, f32)
+SOFT_PASS(double, vdouble, 4, f64)
+
 /* The number of columns the kernels read at a time: kp and ldd are multiples of it. */
 int64_t lloyd_lanes(void) { return 8; }
+
+/* The values of scratch soft_block needs for kp columns: a partial-distance block, then a
+ * row's scores, responsibilities and sort space. */
+int64_t soft_scratch(int64_t kp) { return (ROWS + 3) * kp; }

@@ -9,9 +9,11 @@ distances computed in registers when the rows have at most :data:`DIRECT_MAX_FEA
 features, else read from the block's GEMM; on few features it also keeps Hamerly's
 bounds (:mod:`~rbfkm_engine.bounds`). On small data a whole Lloyd iteration, the pass and
 its M-step, is one call (:meth:`LloydKernel.iteration`). The same library serves the
-annealing's soft passes: row minima with their entmax15 candidate counts
-(:func:`row_minima`) and entmax15 of the soft rows (:func:`entmax15_rows`), and the
-local search's sweeps of Hartigan's method (:meth:`LloydKernel.hartigan_sweep`). The blocks
+annealing's soft passes: a whole block of an entmax15 pass, distances, responsibilities
+and sums, in one call (:meth:`LloydKernel.soft_block`) or, where a pass stays in torch,
+row minima with their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the
+soft rows (:func:`entmax15_rows`); and the local search's sweeps of Hartigan's method
+(:meth:`LloydKernel.hartigan_sweep`). The blocks
 still run on the fit's :class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the
 GIL during a call).
 
@@ -180,6 +182,11 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _P, ctypes.c_double, _P, _P, _I]
                 fn.argtypes += [ctypes.c_double, _P, _P, _P, _P]
+                fn = getattr(lib, f"soft_block_{suffix}")
+                fn.restype = None
+                fn.argtypes = [*_ARGTYPES[:10], _I, _SCALAR[dtype], _I]
+                fn.argtypes += [_P] * 9
+            lib.soft_scratch.restype, lib.soft_scratch.argtypes = ctypes.c_int64, [_I]
             return lib
     return None
 
@@ -207,6 +214,36 @@ class Rows:
     w: torch.Tensor | None
     labels: torch.Tensor
     min_dist: torch.Tensor
+
+
+@dataclass(frozen=True)
+class SoftMap:
+    """The map of a soft pass: entmax15 at temperature ``sigma``; the columns from
+    ``twins_from`` on (``None``: none) are the twins of those before them, counted with
+    them among the nonzeros."""
+
+    sigma: float
+    twins_from: int | None
+
+
+@dataclass
+class SoftParts:
+    """A block's share of a soft pass, float64, as the kernel adds to it: the M-step sums
+    ``num`` (``k x d``) and ``den`` (``k``), the per-centre ``spread`` (``None``: not
+    needed) and ``stats``: ``sum_i w_i energy_i``, ``sum_i w_i min_dist_i``, the nonzero
+    responsibilities, the rows that are not one-hot and their weight."""
+
+    num: torch.Tensor
+    den: torch.Tensor
+    spread: torch.Tensor | None
+    stats: torch.Tensor
+
+    @classmethod
+    def zeros(cls, k: int, d: int, spread: bool) -> SoftParts:
+        def zeros(*shape: int) -> torch.Tensor:
+            return torch.zeros(shape, dtype=torch.float64)
+
+        return cls(zeros(k, d), zeros(k), zeros(k) if spread else None, zeros(5))
 
 
 @dataclass
@@ -260,6 +297,8 @@ class LloydKernel:
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self._iteration = getattr(lib, f"lloyd_iteration_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
+        self._soft = getattr(lib, f"soft_block_{_SUFFIX[dtype]}")
+        self._soft_scratch = lib.soft_scratch
         self.dtype = dtype
 
     @staticmethod
@@ -328,6 +367,36 @@ class LloydKernel:
             ctypes.byref(shift),
         )
         return inertia.value, shift.value, int(n_empty)
+
+    def soft_block(
+        self,
+        rows: Rows,
+        centres: Centres,
+        D: torch.Tensor | None,
+        soft: SoftMap,
+        sums: SoftParts,
+    ) -> None:
+        """One block of an entmax15 pass (``soft``: its temperature and the twins):
+        ``labels`` and ``min_dist`` written, the block's responsibilities added to
+        ``sums``. ``D``: as :meth:`block`'s."""
+        k = sums.den.shape[0]
+        twins = k if soft.twins_from is None else soft.twins_from
+        scratch = torch.empty(int(self._soft_scratch(centres.width)), dtype=rows.X.dtype)
+        cols = torch.empty(centres.width, dtype=torch.long)
+        mark = torch.zeros(twins, dtype=torch.uint8)
+        self._soft(
+            *_pass_args(rows, centres, D, (None, None), 0)[:10],
+            *(k, soft.sigma, twins),
+            rows.labels.data_ptr(),
+            rows.min_dist.data_ptr(),
+            sums.num.data_ptr(),
+            sums.den.data_ptr(),
+            None if sums.spread is None else sums.spread.data_ptr(),
+            sums.stats.data_ptr(),
+            scratch.data_ptr(),
+            cols.data_ptr(),
+            mark.data_ptr(),
+        )
 
     def bounded_block(
         self,

@@ -29,7 +29,7 @@ from .blocks import iter_chunks
 from .bounds import Bounds
 from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
-from .native import ADD, LABEL, MOVE, Centres, LloydKernel, Rows, lloyd_kernel
+from .native import ADD, LABEL, MOVE, Centres, LloydKernel, Rows, SoftMap, SoftParts, lloyd_kernel
 from .nearest import nearest
 from .parallel import BlockPool
 from .progress import Interrupt, IterationStats, interrupter
@@ -262,13 +262,52 @@ class Workspace:
         if (assignment == "hard" or sigma <= 0.0) and not need_spread:
             return self._hard_step(C, warm)
         self._forget_lloyd_state()
+        soft = SoftMap(sigma, twins_from)
+        sums = self._kernel_soft_pass(C, soft, need_spread) if assignment == "entmax15" else None
+        if sums is None:
+            sums = self._torch_soft_pass(C, assignment, soft, warm, need_spread)
+        sums.reduce(self.reducer)
+        return sums.num, sums.den, sums.stats(self.n_total)
+
+    def _kernel_soft_pass(
+        self, C: torch.Tensor, soft: SoftMap, need_spread: bool
+    ) -> _SoftSums | None:
+        """An entmax15 pass by the fused kernel, block by block (each block's share its
+        own, added in block order); ``None`` where it does not apply: no kernel, centres of
+        another type than the data, or a temperature the type cannot divide by (the torch
+        pass makes it hard). The distances are direct where the kernel's Lloyd passes take
+        them so, and on small data (:data:`KERNEL_ITERATION_MAX_WORK`), else the block's
+        GEMM. Softmax passes stay in torch: their dense map and M-step are vector and GEMM
+        work, which torch's ops do faster than a loop over rows."""
+        kernel, (n, d), k = self.kernel, self.X.shape, C.shape[0]
+        if kernel is None or C.dtype != self.X.dtype or soft.sigma < torch.finfo(C.dtype).tiny:
+            return None
+        width = row_reduction_width(k, C.device)
+        small = n <= self.chunk_size and n * width * d <= KERNEL_ITERATION_MAX_WORK
+        direct = kernel.direct(d) or small
+        centres = kernel.centres(C, width, direct=direct)
+        c_sq = centres.c_sq[:k].unsqueeze(0)
+
+        def block(rows: slice) -> SoftParts:
+            D = None if direct else self.padded_distances(rows, C, c_sq)
+            part = SoftParts.zeros(k, d, need_spread)
+            kernel.soft_block(self._rows(rows), centres, D, soft, part)
+            return part
+
+        parts = list(self.map_blocks(block))
+        return _SoftSums.of_parts(parts, C) if parts else _SoftSums(C)
+
+    def _torch_soft_pass(
+        self, C: torch.Tensor, assignment: str, soft: SoftMap, warm: bool, need_spread: bool
+    ) -> _SoftSums:
+        """A soft pass in torch ops, block by block (see :meth:`step`)."""
         c_sq = squared_norms(C).unsqueeze(0)
 
         def block(rows: slice) -> _SoftSums:
             D = self.distances(rows, C, c_sq)
             e = responsibilities(
                 D,
-                sigma,
+                soft.sigma,
                 assignment,
                 row_offset=self.x_sq[rows],
                 hint=self.labels[rows] if warm else None,
@@ -278,12 +317,10 @@ class Workspace:
             self._min_dist[rows] = e.min_dist
             self.labels[rows] = e.labels
             part = _SoftSums(C)
-            part.add(self, rows, D, e, twins_from, need_spread)
+            part.add(self, rows, D, e, soft.twins_from, need_spread)
             return part
 
-        sums = _SoftSums.total(self.map_blocks(block), C)
-        sums.reduce(self.reducer)
-        return sums.num, sums.den, sums.stats(self.n_total)
+        return _SoftSums.total(self.map_blocks(block), C)
 
     def _hard_step(
         self, C: torch.Tensor, warm: bool
@@ -705,6 +742,26 @@ class _SoftSums:
             sums.nnz += part.nnz
             sums.n_soft += part.n_soft
             sums.soft_weight += part.soft_weight
+        return sums
+
+    @classmethod
+    def of_parts(cls, parts: list[SoftParts], C: torch.Tensor) -> _SoftSums:
+        """The sums of a pass from the kernel's blocks (added in block order), in
+        ``C``'s type."""
+        first, rest = parts[0], parts[1:]
+        for part in rest:
+            first.num += part.num
+            first.den += part.den
+            first.stats += part.stats
+            if first.spread is not None and part.spread is not None:
+                first.spread += part.spread
+        sums = cls(C)
+        sums.num, sums.den = first.num.to(C.dtype), first.den.to(C.dtype)
+        if first.spread is not None:
+            sums.spread = first.spread.to(C.dtype)
+        stats = first.stats.tolist()
+        sums.objective, sums.inertia = first.stats[0].clone(), first.stats[1].clone()
+        sums.nnz, sums.n_soft, sums.soft_weight = int(stats[2]), int(stats[3]), stats[4]
         return sums
 
     def reduce(self, reducer: Reducer) -> None:

@@ -213,6 +213,54 @@ def test_row_minima_match_torch(dtype: torch.dtype, k: int) -> None:
     assert torch.equal(labels2, labels) and torch.equal(d_min2, d_min) and counts2 is None
 
 
+def run_soft_block(
+    X: torch.Tensor, C: torch.Tensor, w: torch.Tensor, soft: native.SoftMap, direct: bool
+) -> tuple[torch.Tensor, torch.Tensor, native.SoftParts]:
+    """One soft block over all of X: its labels, distances and sums."""
+    kernel = kernel_for(X.dtype)
+    k = C.shape[0]
+    centres = kernel.centres(C, passes.row_reduction_width(k, C.device), direct=direct)
+    D = None
+    if not direct:
+        D = torch.full((X.shape[0], centres.width), float("inf"), dtype=X.dtype)
+        torch.addmm(centres.c_sq[:k].unsqueeze(0), X, C.T, alpha=-2.0, out=D[:, :k])
+    labels = torch.zeros(X.shape[0], dtype=torch.long)
+    min_dist = torch.empty(X.shape[0], dtype=X.dtype)
+    rows = native.Rows(X, X.square().sum(dim=1), w, labels, min_dist)
+    sums = native.SoftParts.zeros(k, X.shape[1], spread=True)
+    kernel.soft_block(rows, centres, D, soft, sums)
+    return labels, min_dist, sums
+
+
+@needs_compiler
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_soft_block_matches_the_dense_map(direct: bool) -> None:
+    from entmax import entmax15
+
+    gen = torch.Generator().manual_seed(3)
+    X = torch.randn(300, 5, generator=gen, dtype=torch.float64)
+    C = torch.randn(11, 5, generator=gen, dtype=torch.float64)
+    w = torch.rand(300, generator=gen, dtype=torch.float64)
+    sigma = 0.7
+    labels, min_dist, sums = run_soft_block(X, C, w, native.SoftMap(sigma, None), direct)
+    D = reference(X, C)
+    R = entmax15(-D / sigma, dim=1)
+    entropy = (4 / 3) * (1 - R.pow(1.5).sum(dim=1))
+    Rw = R * w[:, None]
+    assert torch.equal(labels, D.argmin(dim=1))
+    torch.testing.assert_close(min_dist, D.amin(dim=1))
+    torch.testing.assert_close(sums.num, Rw.T @ X)
+    torch.testing.assert_close(sums.den, Rw.sum(dim=0))
+    assert sums.spread is not None
+    torch.testing.assert_close(sums.spread, (Rw * D).sum(dim=0))
+    soft = R.max(dim=1).values < 1 - 1e-12
+    energy = (R * D).sum(dim=1) - sigma * entropy
+    expected = [(w * energy).sum(), (w * D.amin(dim=1)).sum(), (R > 0).sum(), soft.sum()]
+    expected.append(w[soft].sum())
+    torch.testing.assert_close(sums.stats, torch.stack(expected).double())
+    assert 50 < int(soft.sum()) < 300
+
+
 @needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("width", [1, 2, 7, 40, 100])

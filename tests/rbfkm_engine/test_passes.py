@@ -15,7 +15,7 @@ from entmax import entmax15
 
 from rbfkm_engine import RBFKMeans, native, passes
 from rbfkm_engine.passes import ROW_REDUCTION_WIDTH, Workspace, row_reduction_width
-from rbfkm_engine.progress import FitInterrupted
+from rbfkm_engine.progress import FitInterrupted, IterationStats
 
 from .conftest import blob_tensor
 
@@ -192,13 +192,18 @@ def test_row_reduction_width(k: int, width: int) -> None:
 @pytest.mark.parametrize(("assignment", "sigma"), [("softmax", 3.0), ("entmax15", 3.0)])
 @pytest.mark.parametrize("weighted", (False, True))
 @pytest.mark.parametrize("need_spread", (False, True))
+@pytest.mark.parametrize("in_kernel", (False, True))
 def test_a_soft_pass_equals_the_dense_reference(
-    assignment: str, sigma: float, weighted: bool, need_spread: bool
+    assignment: str, sigma: float, weighted: bool, need_spread: bool, in_kernel: bool
 ) -> None:
     X = data()
     w = weights(X.shape[0]) if weighted else None
     C = X[[0, 80, 160, 240, 320]] + 0.5
     ws = Workspace(X, w, 5, chunk_size=64)
+    if in_kernel and ws.kernel is None:
+        pytest.skip("the kernel did not build here")
+    if not in_kernel:
+        ws.kernel = None
     num, den, stats = ws.step(C, sigma, assignment, need_spread=need_spread)
     expected = reference(X, C, w, sigma, assignment)
     torch.testing.assert_close(num, expected["num"], rtol=1e-10, atol=1e-10)
@@ -226,6 +231,84 @@ def test_twins_fold_into_their_centres_nonzero_count() -> None:
     assert plain.mean_nnz == pytest.approx(float((R > 0).sum()) / X.shape[0])
     assert folded.mean_nnz == pytest.approx(float(((R[:, :3] + R[:, 3:]) > 0).sum()) / 400)
     assert folded.mean_nnz < plain.mean_nnz
+
+
+def soft_pass(
+    X: torch.Tensor,
+    w: torch.Tensor | None,
+    C: torch.Tensor,
+    sigma: float,
+    assignment: str,
+    in_kernel: bool,
+    chunk_size: int = 4096,
+    twins_from: int | None = None,
+) -> tuple[Workspace, torch.Tensor, torch.Tensor, IterationStats]:
+    """One soft pass (with the spread) in the kernel or in torch ops."""
+    ws = Workspace(X, w, C.shape[0], chunk_size)
+    assert ws.kernel is not None
+    if not in_kernel:
+        ws.kernel = None
+    num, den, stats = ws.step(C, sigma, assignment, need_spread=True, twins_from=twins_from)
+    return ws, num, den, stats
+
+
+def median_gap(X: torch.Tensor, C: torch.Tensor) -> float:
+    """The median gap between the rows' two nearest squared distances: at that
+    temperature about half the rows are soft."""
+    two = torch.topk(torch.cdist(X.double(), C.double()).square(), 2, largest=False).values
+    return float((two[:, 1] - two[:, 0]).median())
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("assignment", ["entmax15", "softmax"])
+@pytest.mark.parametrize("d", [3, 40])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_soft_pass_in_the_kernel_equals_the_torch_pass(
+    dtype: torch.dtype, assignment: str, d: int, weighted: bool, monkeypatch
+) -> None:
+    # Not small: 40 features take their distances from the block's GEMM. Softmax passes
+    # stay in torch.
+    monkeypatch.setattr(passes, "KERNEL_ITERATION_MAX_WORK", 0)
+    calls = []
+    soft_block = native.LloydKernel.soft_block
+    monkeypatch.setattr(
+        native.LloydKernel, "soft_block", lambda *a: calls.append(1) or soft_block(*a)
+    )
+    gen = torch.Generator().manual_seed(d)
+    X = torch.randn(700, d, generator=gen, dtype=dtype)
+    w = weights(700).to(dtype) if weighted else None
+    C = X[:9] + 0.1 * torch.randn(9, d, generator=gen, dtype=dtype)
+    sigma = median_gap(X, C)
+    rtol = 1e-4 if dtype == torch.float32 else 1e-10
+    for chunk_size in (4096, 64):
+        ws1, num1, den1, stats1 = soft_pass(X, w, C, sigma, assignment, True, chunk_size)
+        ws2, num2, den2, stats2 = soft_pass(X, w, C, sigma, assignment, False, chunk_size)
+        assert torch.equal(ws1.labels, ws2.labels)
+        torch.testing.assert_close(ws1.min_dist, ws2.min_dist, rtol=rtol, atol=rtol)
+        for a, b in ((num1, num2), (den1, den2), (stats1.spread, stats2.spread)):
+            assert a.dtype == dtype
+            torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * float(b.abs().max()))
+        assert stats1.objective == pytest.approx(stats2.objective, rel=rtol)
+        assert stats1.inertia == pytest.approx(stats2.inertia, rel=rtol)
+        assert stats1.n_soft == stats2.n_soft > 100
+        assert stats1.soft_weight == pytest.approx(stats2.soft_weight, rel=rtol)
+        assert stats1.mean_nnz == pytest.approx(stats2.mean_nnz, rel=1e-3)
+    assert len(calls) == (0 if assignment == "softmax" else 1 + math.ceil(700 / 64))
+
+
+@needs_compiler
+def test_the_kernel_folds_twins_into_their_centres_nonzero_count() -> None:
+    X = data().float()
+    C = X[[0, 80, 160]] + 0.5
+    full = torch.cat([C, C + 1e-2])
+    counts = []
+    for in_kernel in (True, False):
+        for twins_from in (None, 3):
+            _, _, _, stats = soft_pass(X, None, full, 3.0, "entmax15", in_kernel, 64, twins_from)
+            counts.append(stats.mean_nnz)
+    assert counts[:2] == pytest.approx(counts[2:])
+    assert counts[1] < counts[0]
 
 
 # ------------------------------------------------------------------ blocks
