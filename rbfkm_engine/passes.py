@@ -294,8 +294,7 @@ class Workspace:
             kernel.soft_block(self._rows(rows), centres, D, soft, part)
             return part
 
-        parts = list(self.map_blocks(block))
-        return _SoftSums.of_parts(parts, C) if parts else _SoftSums(C)
+        return _SoftSums.of_parts(self.map_blocks(block), C)
 
     def _torch_soft_pass(
         self, C: torch.Tensor, assignment: str, soft: SoftMap, warm: bool, need_spread: bool
@@ -745,17 +744,19 @@ class _SoftSums:
         return sums
 
     @classmethod
-    def of_parts(cls, parts: list[SoftParts], C: torch.Tensor) -> _SoftSums:
-        """The sums of a pass from the kernel's blocks (added in block order), in
-        ``C``'s type."""
-        first, rest = parts[0], parts[1:]
-        for part in rest:
+    def of_parts(cls, parts: Iterator[SoftParts], C: torch.Tensor) -> _SoftSums:
+        """The sums of a pass from the kernel's blocks (added in block order, as they
+        come), in ``C``'s type; zero for a shard without rows."""
+        sums = cls(C)
+        first = next(parts, None)
+        if first is None:
+            return sums
+        for part in parts:
             first.num += part.num
             first.den += part.den
             first.stats += part.stats
             if first.spread is not None and part.spread is not None:
                 first.spread += part.spread
-        sums = cls(C)
         sums.num, sums.den = first.num.to(C.dtype), first.den.to(C.dtype)
         if first.spread is not None:
             sums.spread = first.spread.to(C.dtype)
