@@ -33,7 +33,28 @@ def test_map_keeps_the_block_order_and_uses_the_threads() -> None:
     blocks = [slice(i, i + 1) for i in range(6)]
     with BlockPool(2) as pool:
         assert list(pool.map(fn, blocks)) == list(range(6))
-    assert len(seen) == 2 and threading.get_ident() not in seen
+    # Two threads: the caller's own and one worker.
+    assert len(seen) == 2 and threading.get_ident() in seen
+
+
+def test_the_caller_runs_a_block_no_worker_has_started() -> None:
+    started, release = threading.Event(), threading.Event()
+    ran: dict[int, int] = {}
+
+    def fn(rows: slice) -> int:
+        ran[rows.start] = threading.get_ident()
+        if rows.start == 0:  # the worker's first block, held until block 3 has run
+            started.set()
+            assert release.wait(timeout=10)
+        if rows.start == 3:
+            assert started.wait(timeout=10)
+            release.set()
+        return rows.start
+
+    with BlockPool(2) as pool:
+        assert list(pool.map(fn, [slice(i, i + 1) for i in range(4)])) == [0, 1, 2, 3]
+    # Block 3, the latest pending, ran on the caller's thread while block 0 ran elsewhere.
+    assert ran[3] == threading.get_ident() != ran[0]
 
 
 def test_an_error_in_a_block_is_raised_by_map() -> None:
