@@ -14,9 +14,18 @@ centres and history with its inertia and iteration count, so two runs compare wi
 (50 000 rows) and blobs 200k, every map (a few minutes). To fingerprint another version of
 the engine, put its folder first on the path: ``PYTHONPATH=/tmp/old python ...`` (the
 engine's location is printed to stderr).
+
+torch's CPU GEMMs are MKL's, which picks its code path at run time (by memory alignment
+and threads) and rounds the last bit differently from one run to the next: the same
+program's ``transform`` digest changed in about one run in eight. So the script sets
+``MKL_CBWR=COMPATIBLE`` (MKL's reproducible mode) unless it is set, before torch loads.
 """
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
 
 import argparse
 import hashlib
