@@ -232,25 +232,18 @@
         return moved;                                                                          \
     }                                                                                          \
                                                                                                \
-    /* A whole Lloyd iteration on one block: the pass (lloyd_block, its arguments), then the   \
-     * M-step as the workspace makes it from the float64 sums: a cluster whose weight is at    \
-     * most den_floor is empty, the others' centres C_new = (T)num / (T)den. Returns the       \
-     * empty clusters (their rows of C_new are not written: the caller re-seeds them);         \
-     * *shift gets sum ||C_new - C||^2 over the others, in float64. *inertia is the pass's,    \
-     * from the sums: sum_sq (sum_i w_i ||x_i||^2) - 2 sum_j c_j . num_j + sum_j den_j         \
-     * ||c_j||^2, not from the rows' distances, which carry the T rounding of the expansion    \
-     * (about eps ||x||^2 a row: more than a tight fit's inertia can bear). */                 \
-    int64_t lloyd_iteration_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                \
-                                     const T *restrict x_sq, const T *restrict CT,             \
-                                     const T *restrict c_sq, int64_t kp, const T *restrict D,  \
-                                     int64_t ldd, const T *restrict w,                         \
-                                     int64_t *restrict labels, T *restrict min_dist,           \
-                                     double *restrict num, double *restrict den, int mode,     \
-                                     const T *restrict C, int64_t k, double sum_sq,            \
-                                     double den_floor, T *restrict C_new, double *inertia,     \
-                                     double *shift) {                                          \
-        lloyd_block_##SUFFIX(X, m, d, x_sq, CT, c_sq, kp, D, ldd, w, labels, min_dist, num,    \
-                             den, mode, inertia);                                              \
+    /* The M-step of a Lloyd pass from its float64 sums num (k x d) and den (k), as the        \
+     * workspace makes it: a cluster whose weight is at most den_floor is empty, the others'   \
+     * centres C_new = (T)num / (T)den. Returns the empty clusters (their rows of C_new are    \
+     * not written: the caller re-seeds them); *shift gets sum ||C_new - C||^2 over the        \
+     * others, in float64. *inertia is the pass's, from the sums: sum_sq (sum_i w_i            \
+     * ||x_i||^2) - 2 sum_j c_j . num_j + sum_j den_j ||c_j||^2, not from the rows'            \
+     * distances, which carry the T rounding of the expansion (about eps ||x||^2 a row:        \
+     * more than a tight fit's inertia can bear). */                                           \
+    int64_t lloyd_update_##SUFFIX(const double *restrict num, const double *restrict den,      \
+                                  const T *restrict C, int64_t k, int64_t d, double sum_sq,    \
+                                  double den_floor, T *restrict C_new, double *inertia,        \
+                                  double *shift) {                                             \
         double cross = 0.0, spread = 0.0; /* the inertia from the sums (see the comment) */    \
         for (int64_t j = 0; j < k; j++) {                                                      \
             double c_sq_j = 0.0;                                                               \
@@ -281,6 +274,23 @@
         }                                                                                      \
         *shift = moved;                                                                        \
         return empty;                                                                          \
+    }                                                                                          \
+                                                                                               \
+    /* A whole Lloyd iteration on one block: the pass (lloyd_block, its arguments), then its   \
+     * M-step (lloyd_update). */                                                               \
+    int64_t lloyd_iteration_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                \
+                                     const T *restrict x_sq, const T *restrict CT,             \
+                                     const T *restrict c_sq, int64_t kp, const T *restrict D,  \
+                                     int64_t ldd, const T *restrict w,                         \
+                                     int64_t *restrict labels, T *restrict min_dist,           \
+                                     double *restrict num, double *restrict den, int mode,     \
+                                     const T *restrict C, int64_t k, double sum_sq,            \
+                                     double den_floor, T *restrict C_new, double *inertia,     \
+                                     double *shift) {                                          \
+        lloyd_block_##SUFFIX(X, m, d, x_sq, CT, c_sq, kp, D, ldd, w, labels, min_dist, num,    \
+                             den, mode, inertia);                                              \
+        return lloyd_update_##SUFFIX(num, den, C, k, d, sum_sq, den_floor, C_new, inertia,     \
+                                     shift);                                                   \
     }                                                                                          \
                                                                                                \
     /* Whether row i's bounds, moved by the centres' drift (lloyd_bounded), still show its     \

@@ -175,6 +175,9 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [*_ARGTYPES[:-2], ctypes.c_int, _P, _I, *[ctypes.c_double] * 2]
                 fn.argtypes += [_P, _P, _P]
+                fn = getattr(lib, f"lloyd_update_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [_P, _P, _P, _I, _I, ctypes.c_double, ctypes.c_double, _P, _P, _P]
                 fn = getattr(lib, f"entmax15_rows_{suffix}")
                 fn.restype = None
                 fn.argtypes = [_P, _I, _I, _I, _SCALAR[dtype], _P, _I, _P, _P, _P, _P]
@@ -296,6 +299,7 @@ class LloydKernel:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self._iteration = getattr(lib, f"lloyd_iteration_{_SUFFIX[dtype]}")
+        self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
         self._soft = getattr(lib, f"soft_block_{_SUFFIX[dtype]}")
         self._soft_scratch = lib.soft_scratch
@@ -397,6 +401,33 @@ class LloydKernel:
             cols.data_ptr(),
             mark.data_ptr(),
         )
+
+    def update(
+        self,
+        sums: tuple[torch.Tensor, torch.Tensor],
+        C: torch.Tensor,
+        sum_sq: float,
+        den_floor: float,
+        C_new: torch.Tensor,
+    ) -> tuple[float, float, int]:
+        """The M-step of a Lloyd pass whose float64 ``sums`` (``num``, ``den``) are
+        complete, into ``C_new``, as :meth:`iteration` makes it after its pass; the same
+        three figures."""
+        inertia, shift = ctypes.c_double(), ctypes.c_double()
+        k, d = C.shape
+        n_empty = self._update(
+            sums[0].data_ptr(),
+            sums[1].data_ptr(),
+            C.data_ptr(),
+            k,
+            d,
+            sum_sq,
+            den_floor,
+            C_new.data_ptr(),
+            ctypes.byref(inertia),
+            ctypes.byref(shift),
+        )
+        return inertia.value, shift.value, int(n_empty)
 
     def bounded_block(
         self,

@@ -409,11 +409,18 @@ class Workspace:
         return inertia
 
     def _fused_pass(
-        self, C: torch.Tensor, mode: int, num: torch.Tensor | None, den: torch.Tensor | None
+        self,
+        C: torch.Tensor,
+        mode: int,
+        num: torch.Tensor | None,
+        den: torch.Tensor | None,
+        *,
+        inertia: bool = True,
     ) -> torch.Tensor:
         """A hard pass by the fused kernel, block by block (see :mod:`.native`): labels and
         distances of every row, the sums added to as ``mode`` says (each block's share its
-        own, added in block order); returns the inertia (a float64 tensor)."""
+        own, added in block order); returns the inertia (a float64 tensor; 0 without
+        ``inertia``, where the caller takes it from the sums)."""
         kernel = self.kernel
         assert kernel is not None
         width = row_reduction_width(C.shape[0], C.device)
@@ -421,7 +428,8 @@ class Workspace:
         bounds = self._lloyd_bounds(C, centres.CT is not None)
         if bounds is not None:
             if num is not None and den is not None and (mode == ADD or bounds.usable(C)):
-                return self._bounded_pass(C, centres, bounds, num, den, warm=mode == MOVE)
+                warm = mode == MOVE
+                return self._bounded_pass(C, centres, bounds, num, den, warm, inertia)
             bounds.forget()  # this pass labels the rows without them
         c_sq = centres.c_sq[: C.shape[0]].unsqueeze(0)
 
@@ -458,12 +466,15 @@ class Workspace:
         num: torch.Tensor,
         den: torch.Tensor,
         warm: bool,
+        inertia: bool = True,
     ) -> torch.Tensor:
         """A Lloyd pass with Hamerly's bounds (see :mod:`.bounds`). Cold: every row
         labelled, its bounds set, added to the sums; the inertia from its distances.
         ``warm`` (``C``: the last pass's centres moved): only the rows whose bounds fail
         are labelled again and moved between the kept sums; the inertia from the sums, as
-        the kept rows' distances are not computed (:attr:`min_dist` fills them in)."""
+        the kept rows' distances are not computed (:attr:`min_dist` fills them in).
+        Without ``inertia`` the pass returns 0 instead (the caller takes it from the
+        sums)."""
         kernel = self.kernel
         assert kernel is not None
         drift = bounds.drift(C) if warm else None
@@ -482,19 +493,19 @@ class Workspace:
                 part_num,
                 part_den,
             )
-            inertia = weighted_sum(self._min_dist[rows], wc) if drift is None else None
-            return part_num, part_den, inertia
+            cold = drift is None and inertia
+            return part_num, part_den, weighted_sum(self._min_dist[rows], wc) if cold else None
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
-        for part_num, part_den, inertia in self.map_blocks(block):
+        for part_num, part_den, part_inertia in self.map_blocks(block):
             num += part_num
             den += part_den
-            if inertia is not None:
-                total += inertia
+            if part_inertia is not None:
+                total += part_inertia
         if drift is None:
             return total
         bounds.stale = True
-        return self._inertia_of_sums(C, num, den)
+        return self._inertia_of_sums(C, num, den) if inertia else total
 
     def _inertia_of_sums(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor
@@ -551,7 +562,8 @@ class Workspace:
     ) -> tuple[torch.Tensor, float, IterationStats]:
         """One Lloyd iteration from ``C``: a hard pass (``warm`` as :meth:`step`), then
         the new centres (empty clusters re-seeded). Returns them, their squared shift from
-        ``C`` and the pass's statistics. Small data run it whole in the kernel."""
+        ``C`` and the pass's statistics. With the kernel, the M-step is one call of it, and
+        on small data the whole iteration is (:meth:`_kernel_iteration`)."""
         done = self._kernel_iteration(C, warm)
         if done is not None:
             return done
@@ -562,32 +574,40 @@ class Workspace:
     def _kernel_iteration(
         self, C: torch.Tensor, warm: bool
     ) -> tuple[torch.Tensor, float, IterationStats] | None:
-        """:meth:`lloyd_iteration` in one call of the kernel, with the labels, distances
-        and kept sums of :meth:`step` and the centres of :meth:`update`; ``None`` where it
-        does not apply (no kernel, several blocks or shards, the sphere, a pass costing more
-        than :data:`KERNEL_ITERATION_MAX_WORK`). Its passes compute their distances
-        directly, whatever the features, and keep no bounds; their inertia comes from the
-        float64 sums, as a bounded pass's does (the rows' float32 distances carry more
+        """:meth:`lloyd_iteration` by the kernel, with the labels, distances and kept sums
+        of :meth:`step` and the centres of :meth:`update`; ``None`` where it does not apply
+        (no kernel, shards, the sphere, centres of another type than the data). Small data
+        (one block, a pass of at most :data:`KERNEL_ITERATION_MAX_WORK`) run it in one call,
+        on direct distances whatever the features and without bounds; larger data run the
+        pass block by block (:meth:`_fused_pass`) and the M-step in one call, instead of
+        the dozen ops of :meth:`update` and the inertia. Either way the inertia comes from
+        the float64 sums, as a bounded pass's does (the rows' float32 distances carry more
         rounding than a tight fit's inertia can bear, and the local search compares
         inertias to within :data:`~rbfkm_engine.swaps.SWAP_MIN_GAIN`)."""
         kernel, (n, d), k = self.kernel, self.X.shape, C.shape[0]
+        if kernel is None or self.sphere or self.reducer.active or C.dtype != self.X.dtype:
+            return None
         width = row_reduction_width(k, C.device)
-        if kernel is None or self.sphere or self.reducer.active or n > self.chunk_size:
-            return None
-        if n * width * d > KERNEL_ITERATION_MAX_WORK or C.dtype != self.X.dtype:
-            return None
+        small = n <= self.chunk_size and n * width * d <= KERNEL_ITERATION_MAX_WORK
         num, den, incremental = self._lloyd_sums(C, warm)
-        if self._bounds is not None:
-            self._bounds.forget()
-        centres = kernel.centres(C, width, direct=True)  # small: no GEMM to amortise
-        self.check()
+        mode = MOVE if incremental else ADD
         C = C.contiguous()
         C_new = torch.empty_like(C)
-        sum_sq = float(self._weighted_sum_sq())
-        inertia, shift, n_empty = kernel.iteration(
-            *(self._rows(slice(0, n)), centres, None, (num, den)),
-            *(MOVE if incremental else ADD, C, sum_sq, self._empty_weight, C_new),
-        )
+        mstep = (C, float(self._weighted_sum_sq()), self._empty_weight, C_new)
+        if small:
+            if self._bounds is not None:
+                self._bounds.forget()
+            centres = kernel.centres(C, width, direct=True)  # small: no GEMM to amortise
+            self.check()
+            block = (self._rows(slice(0, n)), centres, None, (num, den), mode)
+            inertia, shift, n_empty = kernel.iteration(*block, *mstep)
+        else:
+            try:
+                self._fused_pass(C, mode, num, den, inertia=False)
+            except BaseException:  # a stop request mid-pass: the kept sums are half-corrected
+                self._forget_lloyd_state()
+                raise
+            inertia, shift, n_empty = kernel.update((num, den), *mstep)
         self._hard_sums = (num, den)
         if n_empty:  # the centres as update() makes them, with its re-seeding
             C_new, _ = self.update(C, *self._sums_for_update(C, num, den))

@@ -426,40 +426,49 @@ def test_every_block_of_a_pass_is_checked_and_a_stop_ends_it() -> None:
 
 
 def lloyd_iterations(
-    X: torch.Tensor, w: torch.Tensor | None, C: torch.Tensor, in_kernel: bool, monkeypatch
-) -> tuple[torch.Tensor, Workspace, list[tuple[float, float]], int]:
-    """Six Lloyd iterations from ``C``, whole in the kernel or as a pass and an update;
+    X: torch.Tensor, w: torch.Tensor | None, C: torch.Tensor, how: str, monkeypatch
+) -> tuple[torch.Tensor, Workspace, list[tuple[float, float]], list[str]]:
+    """Six Lloyd iterations from ``C``: ``"whole"`` in one kernel call each, ``"blocks"``
+    as a blocked pass and the kernel's M-step, ``"torch"`` as a pass and :meth:`update`;
     the centres, the workspace, each iteration's (shift, inertia) and the kernel's calls."""
-    limit = passes.KERNEL_ITERATION_MAX_WORK if in_kernel else 0
+    limit = passes.KERNEL_ITERATION_MAX_WORK if how == "whole" else 0
     monkeypatch.setattr(passes, "KERNEL_ITERATION_MAX_WORK", limit)
-    calls = []
-    iteration = native.LloydKernel.iteration
-    monkeypatch.setattr(
-        native.LloydKernel, "iteration", lambda *a, **kw: calls.append(1) or iteration(*a, **kw)
-    )
+    if how == "torch":
+        monkeypatch.setattr(Workspace, "_kernel_iteration", lambda self, C, warm: None)
+    calls: list[str] = []
+    for name in ("iteration", "update"):
+        original = getattr(native.LloydKernel, name)
+
+        def counted(*a, name=name, original=original, **kw):
+            calls.append(name)
+            return original(*a, **kw)
+
+        monkeypatch.setattr(native.LloydKernel, name, counted)
     ws = Workspace(X, w, C.shape[0], chunk_size=4096)
     assert ws.kernel is not None
     history = []
     for it in range(6):
         C, shift, stats = ws.lloyd_iteration(C, warm=it > 0)
         history.append((shift, stats.inertia))
-    return C, ws, history, len(calls)
+    monkeypatch.undo()
+    return C, ws, history, calls
 
 
 @needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("d", [3, 40])
 @pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("how", ["whole", "blocks"])
 def test_a_lloyd_iteration_in_the_kernel_equals_a_pass_and_an_update(
-    dtype: torch.dtype, d: int, weighted: bool, monkeypatch
+    dtype: torch.dtype, d: int, weighted: bool, how: str, monkeypatch
 ) -> None:
     gen = torch.Generator().manual_seed(d)
     X = torch.randn(600, d, generator=gen, dtype=dtype)
     w = weights(600).to(dtype) if weighted else None
     C0 = X[:7].clone()
-    C1, ws1, history1, calls1 = lloyd_iterations(X, w, C0, True, monkeypatch)
-    C2, ws2, history2, calls2 = lloyd_iterations(X, w, C0, False, monkeypatch)
-    assert (calls1, calls2) == (6, 0)
+    C1, ws1, history1, calls1 = lloyd_iterations(X, w, C0, how, monkeypatch)
+    C2, ws2, history2, calls2 = lloyd_iterations(X, w, C0, "torch", monkeypatch)
+    assert (calls1, calls2) == ([{"whole": "iteration", "blocks": "update"}[how]] * 6, [])
     assert torch.equal(ws1.labels, ws2.labels)
     # The same labels give the same float64 sums up to their grouping (a pass's moves are
     # added to the kept sums one by one, or summed per block first), so the same centres.
@@ -487,12 +496,13 @@ def test_a_kernel_iterations_inertia_is_exact_on_a_tight_fit() -> None:
 
 
 @needs_compiler
-def test_a_kernel_iteration_reseeds_an_empty_cluster_as_update_does(monkeypatch) -> None:
+@pytest.mark.parametrize("how", ["whole", "blocks"])
+def test_a_kernel_iteration_reseeds_an_empty_cluster_as_update_does(how: str, monkeypatch) -> None:
     X = data()
     C0 = torch.cat([bad_centres(X, 4), torch.full((1, 3), 100.0)])  # the last one gets none
-    C1, ws1, history1, calls1 = lloyd_iterations(X, None, C0, True, monkeypatch)
-    C2, ws2, history2, _ = lloyd_iterations(X, None, C0, False, monkeypatch)
-    assert calls1 == 6
+    C1, ws1, history1, calls1 = lloyd_iterations(X, None, C0, how, monkeypatch)
+    C2, ws2, history2, _ = lloyd_iterations(X, None, C0, "torch", monkeypatch)
+    assert len(calls1) == 6
     assert not bool((C1 == 100.0).any())  # re-seeded on the first iteration
     assert torch.equal(ws1.labels, ws2.labels)
     torch.testing.assert_close(C1, C2)
