@@ -13,8 +13,8 @@
  * Modes: 0 adds every row to the sums of its new cluster; 1 moves the rows whose label
  * changed between the sums (the caller keeps sums between passes); 2 labels only.
  * Sums are float64 whatever the data's type. lloyd_bounded is the same pass with Hamerly's
- * bounds (rbfkm_engine/bounds.py); lloyd_iteration is a pass and its M-step in one call
- * (for small data, where the ops around a pass cost more than the pass); soft_block is a
+ * bounds (rbfkm_engine/bounds.py); lloyd_update is the M-step from a pass's sums (the
+ * centres, their shift and the inertia: a dozen torch ops in one call); soft_block is a
  * block of an entmax15 pass, and row_minima and entmax15_rows serve the soft passes that
  * stay in torch; hartigan_sweep the local search.
  * No allocation, no global state: blocks run on the caller's threads at once.
@@ -274,23 +274,6 @@
         }                                                                                      \
         *shift = moved;                                                                        \
         return empty;                                                                          \
-    }                                                                                          \
-                                                                                               \
-    /* A whole Lloyd iteration on one block: the pass (lloyd_block, its arguments), then its   \
-     * M-step (lloyd_update). */                                                               \
-    int64_t lloyd_iteration_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                \
-                                     const T *restrict x_sq, const T *restrict CT,             \
-                                     const T *restrict c_sq, int64_t kp, const T *restrict D,  \
-                                     int64_t ldd, const T *restrict w,                         \
-                                     int64_t *restrict labels, T *restrict min_dist,           \
-                                     double *restrict num, double *restrict den, int mode,     \
-                                     const T *restrict C, int64_t k, double sum_sq,            \
-                                     double den_floor, T *restrict C_new, double *inertia,     \
-                                     double *shift) {                                          \
-        lloyd_block_##SUFFIX(X, m, d, x_sq, CT, c_sq, kp, D, ldd, w, labels, min_dist, num,    \
-                             den, mode, inertia);                                              \
-        return lloyd_update_##SUFFIX(num, den, C, k, d, sum_sq, den_floor, C_new, inertia,     \
-                                     shift);                                                   \
     }                                                                                          \
                                                                                                \
     /* Whether row i's bounds, moved by the centres' drift (lloyd_bounded), still show its     \

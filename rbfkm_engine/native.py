@@ -7,8 +7,8 @@ dispatch cost; on few features the sweeps, not the arithmetic, set the pace.
 ties, as ``argmin``), its squared distance and its share of the M-step sums, with the
 distances computed in registers when the rows have at most :data:`DIRECT_MAX_FEATURES`
 features, else read from the block's GEMM; on few features it also keeps Hamerly's
-bounds (:mod:`~rbfkm_engine.bounds`). On small data a whole Lloyd iteration, the pass and
-its M-step, is one call (:meth:`LloydKernel.iteration`). The same library serves the
+bounds (:mod:`~rbfkm_engine.bounds`). A Lloyd iteration's M-step, from the pass's float64
+sums, is one call too (:meth:`LloydKernel.update`). The same library serves the
 annealing's soft passes: a whole block of an entmax15 pass, distances, responsibilities
 and sums, in one call (:meth:`LloydKernel.soft_block`) or, where a pass stays in torch,
 row minima with their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the
@@ -171,10 +171,6 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 8, _SCALAR[dtype], _P, _P]
                 fn.argtypes.append(ctypes.c_int)
-                fn = getattr(lib, f"lloyd_iteration_{suffix}")
-                fn.restype = ctypes.c_int64
-                fn.argtypes = [*_ARGTYPES[:-2], ctypes.c_int, _P, _I, *[ctypes.c_double] * 2]
-                fn.argtypes += [_P, _P, _P]
                 fn = getattr(lib, f"lloyd_update_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _P, _P, _I, _I, ctypes.c_double, ctypes.c_double, _P, _P, _P]
@@ -298,7 +294,6 @@ class LloydKernel:
     def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype) -> None:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
-        self._iteration = getattr(lib, f"lloyd_iteration_{_SUFFIX[dtype]}")
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
         self._soft = getattr(lib, f"soft_block_{_SUFFIX[dtype]}")
@@ -340,38 +335,6 @@ class LloydKernel:
         self._fn(*_pass_args(rows, centres, D, (num, den), mode), ctypes.byref(inertia))
         return inertia.value
 
-    def iteration(
-        self,
-        rows: Rows,
-        centres: Centres,
-        D: torch.Tensor | None,
-        sums: tuple[torch.Tensor, torch.Tensor],
-        mode: int,
-        C: torch.Tensor,
-        sum_sq: float,
-        den_floor: float,
-        C_new: torch.Tensor,
-    ) -> tuple[float, float, int]:
-        """A whole Lloyd iteration on one block (all the rows): :meth:`block` with the
-        float64 ``sums`` (``num``, ``den``), then the centres ``C_new`` (``k x d``,
-        contiguous) ``num / den`` in ``C``'s type, a cluster of weight at most
-        ``den_floor`` being empty (its row of ``C_new`` is left for the caller to re-seed).
-        Returns the pass's inertia (from the sums and ``sum_sq = sum_i w_i ||x_i||^2``, in
-        float64), ``||C_new - C||^2`` over the clusters that are not empty (float64) and
-        the count of empty ones."""
-        inertia, shift = ctypes.c_double(), ctypes.c_double()
-        n_empty = self._iteration(
-            *_pass_args(rows, centres, D, sums, mode),
-            C.data_ptr(),
-            C.shape[0],
-            sum_sq,
-            den_floor,
-            C_new.data_ptr(),
-            ctypes.byref(inertia),
-            ctypes.byref(shift),
-        )
-        return inertia.value, shift.value, int(n_empty)
-
     def soft_block(
         self,
         rows: Rows,
@@ -410,9 +373,12 @@ class LloydKernel:
         den_floor: float,
         C_new: torch.Tensor,
     ) -> tuple[float, float, int]:
-        """The M-step of a Lloyd pass whose float64 ``sums`` (``num``, ``den``) are
-        complete, into ``C_new``, as :meth:`iteration` makes it after its pass; the same
-        three figures."""
+        """The M-step of a Lloyd pass from its float64 ``sums`` (``num``, ``den``): the
+        centres ``C_new`` (``k x d``, contiguous) ``num / den`` in ``C``'s type, a cluster
+        of weight at most ``den_floor`` being empty (its row of ``C_new`` is left for the
+        caller to re-seed). Returns the pass's inertia (from the sums and ``sum_sq =
+        sum_i w_i ||x_i||^2``, in float64), ``||C_new - C||^2`` over the clusters that are
+        not empty (float64) and the count of empty ones."""
         inertia, shift = ctypes.c_double(), ctypes.c_double()
         k, d = C.shape
         n_empty = self._update(
@@ -517,7 +483,7 @@ def _pass_args(
     sums: tuple[torch.Tensor | None, torch.Tensor | None],
     mode: int,
 ) -> list[int | None]:
-    """The arguments of ``lloyd_block`` up to its mode (``lloyd_iteration`` starts alike)."""
+    """The arguments of ``lloyd_block`` up to its mode (``soft_block`` starts alike)."""
     m, d = rows.X.shape
     num, den = sums
     return [

@@ -576,14 +576,15 @@ class Workspace:
     ) -> tuple[torch.Tensor, float, IterationStats] | None:
         """:meth:`lloyd_iteration` by the kernel, with the labels, distances and kept sums
         of :meth:`step` and the centres of :meth:`update`; ``None`` where it does not apply
-        (no kernel, shards, the sphere, centres of another type than the data). Small data
-        (one block, a pass of at most :data:`KERNEL_ITERATION_MAX_WORK`) run it in one call,
-        on direct distances whatever the features and without bounds; larger data run the
-        pass block by block (:meth:`_fused_pass`) and the M-step in one call, instead of
-        the dozen ops of :meth:`update` and the inertia. Either way the inertia comes from
-        the float64 sums, as a bounded pass's does (the rows' float32 distances carry more
-        rounding than a tight fit's inertia can bear, and the local search compares
-        inertias to within :data:`~rbfkm_engine.swaps.SWAP_MIN_GAIN`)."""
+        (no kernel, shards, the sphere, centres of another type than the data): the pass,
+        then the M-step in one call instead of the dozen ops of :meth:`update` and the
+        inertia. Small data (one block, a pass of at most
+        :data:`KERNEL_ITERATION_MAX_WORK`) make the pass in one call, on direct distances
+        whatever the features and without bounds; larger data block by block
+        (:meth:`_fused_pass`). The inertia comes from the float64 sums, as a bounded
+        pass's does (the rows' float32 distances carry more rounding than a tight fit's
+        inertia can bear, and the local search compares inertias to within
+        :data:`~rbfkm_engine.swaps.SWAP_MIN_GAIN`)."""
         kernel, (n, d), k = self.kernel, self.X.shape, C.shape[0]
         if kernel is None or self.sphere or self.reducer.active or C.dtype != self.X.dtype:
             return None
@@ -599,15 +600,14 @@ class Workspace:
                 self._bounds.forget()
             centres = kernel.centres(C, width, direct=True)  # small: no GEMM to amortise
             self.check()
-            block = (self._rows(slice(0, n)), centres, None, (num, den), mode)
-            inertia, shift, n_empty = kernel.iteration(*block, *mstep)
+            kernel.block(self._rows(slice(0, n)), centres, None, num, den, mode)
         else:
             try:
                 self._fused_pass(C, mode, num, den, inertia=False)
             except BaseException:  # a stop request mid-pass: the kept sums are half-corrected
                 self._forget_lloyd_state()
                 raise
-            inertia, shift, n_empty = kernel.update((num, den), *mstep)
+        inertia, shift, n_empty = kernel.update((num, den), *mstep)
         self._hard_sums = (num, den)
         if n_empty:  # the centres as update() makes them, with its re-seeding
             C_new, _ = self.update(C, *self._sums_for_update(C, num, den))
