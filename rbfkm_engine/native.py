@@ -142,7 +142,7 @@ def library() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC", "cc")
     version = _compiler_version(compiler)
     if version is None:
-        log.info("rbfkm: no C compiler (%s): Lloyd passes run in torch", compiler)
+        log.info("rbfkm: no C compiler (%s): the passes run in torch", compiler)
         return None
     source = SOURCE.read_bytes()
     for flags in FLAG_SETS:
