@@ -40,13 +40,18 @@ T = TypeVar("T")
 
 #: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
 ROW_REDUCTION_WIDTH = 16
-#: A Lloyd iteration whose pass costs at most this many multiply-adds (rows x padded
-#: centres x features) runs whole in the kernel (:meth:`Workspace.lloyd_iteration`): there
-#: the dozen torch ops around a pass cost more than the pass itself.
+#: A Lloyd iteration or entmax15 pass of one block that costs at most this many
+#: multiply-adds (rows x padded centres x features) is one kernel call on direct
+#: distances, whatever the features (:meth:`Workspace.lloyd_iteration`, :meth:`step`):
+#: there the ops around a pass cost more than the pass itself.
 KERNEL_ITERATION_MAX_WORK = 1 << 22
 #: A cluster whose weight in Lloyd's kept sums is at most this fraction of the total is
 #: empty: what is left is the rounding residue of the weights of the rows that left it.
 EMPTY_WEIGHT_FRACTION = 1e-12
+#: The float64 copy of the rows that :meth:`Workspace._weighted_sum_sq` squares at a time
+#: stays this small: the sum is made once per fit, and a fit under a memory cap (a mapped
+#: file, docs/distributed.md) has no room for a whole block's float64 copy.
+SUM_SQ_BYTES = 1 << 20
 
 
 class Workspace:
@@ -518,11 +523,15 @@ class Workspace:
         return (self._weighted_sum_sq() - 2.0 * (Cd * num).sum() + spread).clamp_min(0.0)
 
     def _weighted_sum_sq(self) -> torch.Tensor:
-        """``sum_i w_i ||x_i||^2`` in float64 (a float64 tensor), made once per fit."""
+        """``sum_i w_i ||x_i||^2`` in float64 (a float64 tensor), made once per fit, by
+        parts of at most :data:`SUM_SQ_BYTES` in float64."""
         if self._sum_sq is None:
+            n, d = self.X.shape
+            part = min(self.chunk_size, max(1, SUM_SQ_BYTES // (8 * max(d, 1))))
             total = torch.zeros((), dtype=torch.float64, device=self.X.device)
-            for rows in self.chunks():
-                squares = self.X[rows].double().square().sum(dim=1)
+            for rows in iter_chunks(n, part):
+                self.check()
+                squares = self.X[rows].double().square().sum(dim=1)  # X may be float64
                 total += weighted_sum(squares, self.weights(rows))
             self._sum_sq = total
         return self._sum_sq
