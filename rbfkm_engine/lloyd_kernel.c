@@ -671,7 +671,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
  * twin, column j + twins, counted with the centre; twins = k without twins), [3] the rows
  * that are not one-hot, [4] their weight. labels and min_dist (m) are written. The torch
  * pass's values (assign.py, mstep.py) up to rounding. Scratch: soft_scratch(kp) values of
- * T, kp int64 and twins bytes, zero (left zero). */
+ * T, kp int64 and k bytes, zero (left zero). */
 #define SOFT_PASS(T, V, LANES, SUFFIX)                                                         \
     typedef struct {                                                                           \
         const T *X, *x_sq, *w;                                                                 \

@@ -350,7 +350,7 @@ class LloydKernel:
         twins = k if soft.twins_from is None else soft.twins_from
         scratch = torch.empty(int(self._soft_scratch(centres.width)), dtype=rows.X.dtype)
         cols = torch.empty(centres.width, dtype=torch.long)
-        mark = torch.zeros(twins, dtype=torch.uint8)
+        mark = torch.zeros(k, dtype=torch.uint8)  # k bytes: safe for any twins
         self._soft(
             *_pass_args(rows, centres, D, (None, None), 0)[:10],
             *(k, soft.sigma, twins),
