@@ -715,6 +715,12 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         return n;                                                                              \
     }                                                                                          \
                                                                                                \
+    /* The centre column j counts with among the nonzeros: its own, or for a twin (j >=        \
+     * twins) the centre it is the twin of. */                                                 \
+    static inline int64_t soft_centre_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t j) {        \
+        return j < s->twins ? j : j - s->twins;                                                \
+    }                                                                                          \
+                                                                                               \
     /* Row i's share of the pass, from its partial distances p (kp columns, padding +inf). */  \
     static void soft_row_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t i, const T *p) {         \
         T dmin;                                                                                \
@@ -736,7 +742,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         const T *x = s->X + i * s->d;                                                          \
         for (int64_t r = 0; r < n; r++) {                                                      \
             if (!(s->q[r] > (T)0)) continue;                                                   \
-            const int64_t j = s->cols[r], centre = j < s->twins ? j : j - s->twins;            \
+            const int64_t j = s->cols[r], centre = soft_centre_##SUFFIX(s, j);                 \
             stats[2] += !s->mark[centre];                                                      \
             s->mark[centre] = 1;                                                               \
             const double wq = wi * (double)s->q[r];                                            \
@@ -747,8 +753,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
             const T dj = p[j] + x_sq;                                                          \
             s->spread[j] += wq * (double)(dj < (T)0 ? (T)0 : dj);                              \
         }                                                                                      \
-        for (int64_t r = 0; r < n; r++)                                                        \
-            s->mark[s->cols[r] < s->twins ? s->cols[r] : s->cols[r] - s->twins] = 0;           \
+        for (int64_t r = 0; r < n; r++) s->mark[soft_centre_##SUFFIX(s, s->cols[r])] = 0;      \
     }                                                                                          \
                                                                                                \
     /* The partial distances of the ROWS rows xs to every centre, into part (ROWS x kp). */    \

@@ -13,9 +13,8 @@ annealing's soft passes: a whole block of an entmax15 pass, distances, responsib
 and sums, in one call (:meth:`LloydKernel.soft_block`) or, where a pass stays in torch,
 row minima with their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the
 soft rows (:func:`entmax15_rows`); and the local search's sweeps of Hartigan's method
-(:meth:`LloydKernel.hartigan_sweep`). The blocks
-still run on the fit's :class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the
-GIL during a call).
+(:meth:`LloydKernel.hartigan_sweep`). The blocks still run on the fit's
+:class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the GIL during a call).
 
 The library is built with the system's C compiler (``$CC``, else ``cc``) for the machine it
 runs on, once, into a per-user cache (``$RBFKM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rbfkm``
@@ -332,7 +331,15 @@ class LloydKernel:
         partial distances (``c_sq - 2 X C^T``, ``centres.width`` columns, padding
         ``+inf``) where the centres carry no ``CT``."""
         inertia = ctypes.c_double()
-        self._fn(*_pass_args(rows, centres, D, (num, den), mode), ctypes.byref(inertia))
+        self._fn(
+            *_block_args(rows, centres, D),
+            rows.labels.data_ptr(),
+            rows.min_dist.data_ptr(),
+            None if num is None else num.data_ptr(),
+            None if den is None else den.data_ptr(),
+            mode,
+            ctypes.byref(inertia),
+        )
         return inertia.value
 
     def soft_block(
@@ -352,7 +359,7 @@ class LloydKernel:
         cols = torch.empty(centres.width, dtype=torch.long)
         mark = torch.zeros(k, dtype=torch.uint8)  # k bytes: safe for any twins
         self._soft(
-            *_pass_args(rows, centres, D, (None, None), 0)[:10],
+            *_block_args(rows, centres, D),
             *(k, soft.sigma, twins),
             rows.labels.data_ptr(),
             rows.min_dist.data_ptr(),
@@ -476,16 +483,10 @@ class LloydKernel:
         return int(moves), saved.value
 
 
-def _pass_args(
-    rows: Rows,
-    centres: Centres,
-    D: torch.Tensor | None,
-    sums: tuple[torch.Tensor | None, torch.Tensor | None],
-    mode: int,
-) -> list[int | None]:
-    """The arguments of ``lloyd_block`` up to its mode (``soft_block`` starts alike)."""
+def _block_args(rows: Rows, centres: Centres, D: torch.Tensor | None) -> list[int | None]:
+    """The arguments ``lloyd_block`` and ``soft_block`` start with: the rows, the centres
+    and the block's partial distances."""
     m, d = rows.X.shape
-    num, den = sums
     return [
         rows.X.data_ptr(),
         m,
@@ -497,11 +498,6 @@ def _pass_args(
         None if D is None else D.data_ptr(),
         0 if D is None else D.stride(0),
         None if rows.w is None else rows.w.data_ptr(),
-        rows.labels.data_ptr(),
-        rows.min_dist.data_ptr(),
-        None if num is None else num.data_ptr(),
-        None if den is None else den.data_ptr(),
-        mode,
     ]
 
 

@@ -274,6 +274,14 @@ class Workspace:
         sums.reduce(self.reducer)
         return sums.num, sums.den, sums.stats(self.n_total)
 
+    def _small(self, k: int) -> bool:
+        """Whether the data are one block whose pass against ``k`` centres costs at most
+        :data:`KERNEL_ITERATION_MAX_WORK` multiply-adds (rows x padded centres x
+        features)."""
+        n, d = self.X.shape
+        width = row_reduction_width(k, self.X.device)
+        return n <= self.chunk_size and n * width * d <= KERNEL_ITERATION_MAX_WORK
+
     def _kernel_soft_pass(
         self, C: torch.Tensor, soft: SoftMap, need_spread: bool
     ) -> _SoftSums | None:
@@ -284,12 +292,11 @@ class Workspace:
         them so, and on small data (:data:`KERNEL_ITERATION_MAX_WORK`), else the block's
         GEMM. Softmax passes stay in torch: their dense map and M-step are vector and GEMM
         work, which torch's ops do faster than a loop over rows."""
-        kernel, (n, d), k = self.kernel, self.X.shape, C.shape[0]
+        kernel, d, k = self.kernel, self.X.shape[1], C.shape[0]
         if kernel is None or C.dtype != self.X.dtype or soft.sigma < torch.finfo(C.dtype).tiny:
             return None
         width = row_reduction_width(k, C.device)
-        small = n <= self.chunk_size and n * width * d <= KERNEL_ITERATION_MAX_WORK
-        direct = kernel.direct(d) or small
+        direct = kernel.direct(d) or self._small(k)
         centres = kernel.centres(C, width, direct=direct)
         c_sq = centres.c_sq[:k].unsqueeze(0)
 
@@ -594,11 +601,11 @@ class Workspace:
         pass's does (the rows' float32 distances carry more rounding than a tight fit's
         inertia can bear, and the local search compares inertias to within
         :data:`~rbfkm_engine.swaps.SWAP_MIN_GAIN`)."""
-        kernel, (n, d), k = self.kernel, self.X.shape, C.shape[0]
+        kernel, n, k = self.kernel, self.X.shape[0], C.shape[0]
         if kernel is None or self.sphere or self.reducer.active or C.dtype != self.X.dtype:
             return None
         width = row_reduction_width(k, C.device)
-        small = n <= self.chunk_size and n * width * d <= KERNEL_ITERATION_MAX_WORK
+        small = self._small(k)
         num, den, incremental = self._lloyd_sums(C, warm)
         mode = MOVE if incremental else ADD
         C = C.contiguous()
