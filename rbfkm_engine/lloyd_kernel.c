@@ -45,7 +45,7 @@
         return (int64_t)a;                                                                     \
     }                                                                                          \
                                                                                                \
-    /* Lane by lane, a where mask is set, else b. */                                          \
+    /* Lane by lane, a where mask is set, else b. */                                           \
     static inline V select_##SUFFIX(V##_index mask, V a, V b) {                                \
         return (V)(((V##_index)a & mask) | ((V##_index)b & ~mask));                            \
     }                                                                                          \
@@ -111,6 +111,17 @@
         return idx;                                                                            \
     }                                                                                          \
                                                                                                \
+    /* The second smallest over the lanes once the nearest (lab) is known: each lane's next    \
+     * smallest, and its smallest where that is not lab's. */                                  \
+    static inline T second_of_##SUFFIX(V best, V##_index at, V next, int64_t lab) {            \
+        T s = INFINITY;                                                                        \
+        for (int l = 0; l < LANES; l++) {                                                      \
+            s = next[l] < s ? next[l] : s;                                                     \
+            if (at[l] != (I)lab) s = best[l] < s ? best[l] : s;                                \
+        }                                                                                      \
+        return s;                                                                              \
+    }                                                                                          \
+                                                                                               \
     /* Add a row of weight wi to cluster `to`'s float64 sums and, from >= 0, take it from      \
      * cluster `from`'s (a row that moved). */                                                 \
     static inline void add_row_##SUFFIX(double *restrict num, double *restrict den,            \
@@ -153,27 +164,29 @@
         }                                                                                      \
         for (int r = 0; r < ROWS; r++) {                                                       \
             lab[r] = reduce_##SUFFIX(best[r], at[r], &out[r]);                                 \
-            if (!second) continue;                                                             \
-            T s = INFINITY;                                                                    \
-            for (int l = 0; l < LANES; l++) {                                                  \
-                s = next[r][l] < s ? next[r][l] : s;                                           \
-                if (at[r][l] != (I)lab[r]) s = best[r][l] < s ? best[r][l] : s;                \
-            }                                                                                  \
-            second[r] = s;                                                                     \
+            if (second) second[r] = second_of_##SUFFIX(best[r], at[r], next[r], lab[r]);       \
         }                                                                                      \
     }                                                                                          \
                                                                                                \
-    /* Nearest in one row of partial distances (kp columns, padding +inf). */                  \
-    static inline int64_t nearest_row_##SUFFIX(const T *restrict row, int64_t kp, T *out) {    \
-        V best, p;                                                                             \
+    /* Nearest in one row of partial distances (kp columns, padding +inf) and, with second,    \
+     * the next smallest, as nearest_direct's. */                                              \
+    static inline __attribute__((always_inline)) int64_t nearest_row_##SUFFIX(                 \
+        const T *restrict row, int64_t kp, T *out, T *second) {                                \
+        V best, next, p;                                                                       \
         V##_index at, idx = iota_##SUFFIX();                                                   \
         start_##SUFFIX(&best, &at);                                                            \
+        next = best;                                                                           \
         for (int64_t j = 0; j < kp; j += LANES) {                                              \
             memcpy(&p, row + j, sizeof p);                                                     \
-            keep_min_##SUFFIX(p, idx, &best, &at);                                             \
+            if (second)                                                                        \
+                keep_two_##SUFFIX(p, idx, &best, &at, &next);                                  \
+            else                                                                               \
+                keep_min_##SUFFIX(p, idx, &best, &at);                                         \
             idx += (I)LANES;                                                                   \
         }                                                                                      \
-        return reduce_##SUFFIX(best, at, out);                                                 \
+        const int64_t lab = reduce_##SUFFIX(best, at, out);                                    \
+        if (second) *second = second_of_##SUFFIX(best, at, next, lab);                         \
+        return lab;                                                                            \
     }                                                                                          \
                                                                                                \
     /* Row i's label lab (partial distance p) recorded: min_dist, labels and, as mode says,    \
@@ -200,33 +213,43 @@
                                                                                                \
     /* The block: X (m x d), x_sq (m), centres as CT/c_sq (direct) or D (m x ldd, ldd and      \
      * kp multiples of LANES); w (m) or NULL; labels (m, in: last pass's, out: new);           \
-     * min_dist (m, out); num (k x d), den (k): float64 sums, added to. Returns the rows       \
+     * min_dist (m, out); second (m, out, or NULL): the second-nearest squared distance;       \
+     * num (k x d), den (k): float64 sums, added to. Returns the rows                          \
      * whose label changed; *inertia gets sum_i w_i min_dist_i. Direct distances go ROWS       \
      * rows at a time (the last group padded with copies of the block's last row). */          \
     int64_t lloyd_block_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                    \
                                  const T *restrict x_sq, const T *restrict CT,                 \
                                  const T *restrict c_sq, int64_t kp, const T *restrict D,      \
                                  int64_t ldd, const T *restrict w, int64_t *restrict labels,   \
-                                 T *restrict min_dist, double *restrict num,                   \
-                                 double *restrict den, int mode, double *inertia) {            \
+                                 T *restrict min_dist, T *restrict second,                     \
+                                 double *restrict num, double *restrict den, int mode,         \
+                                 double *inertia) {                                            \
         int64_t moved = 0;                                                                     \
         double total = 0.0;                                                                    \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             int64_t lab[ROWS];                                                                 \
-            T p[ROWS];                                                                         \
+            T p[ROWS], p2[ROWS];                                                               \
+            T *const next = second ? p2 : NULL;                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
-            if (D) {                                                                           \
+            if (D && next) {                                                                   \
                 for (int r = 0; r < rows; r++)                                                 \
-                    lab[r] = nearest_row_##SUFFIX(D + (i + r) * ldd, kp, &p[r]);               \
+                    lab[r] = nearest_row_##SUFFIX(D + (i + r) * ldd, kp, &p[r], &next[r]);     \
+            } else if (D) { /* apart, so that this loop has no test for second */              \
+                for (int r = 0; r < rows; r++)                                                 \
+                    lab[r] = nearest_row_##SUFFIX(D + (i + r) * ldd, kp, &p[r], NULL);         \
             } else {                                                                           \
                 const T *xs[ROWS];                                                             \
                 for (int r = 0; r < ROWS; r++)                                                 \
                     xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;                           \
-                nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, NULL);                    \
+                nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, next);                    \
             }                                                                                  \
-            for (int r = 0; r < rows; r++)                                                     \
+            for (int r = 0; r < rows; r++) {                                                   \
                 moved += finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, mode,  \
                                              i + r, lab[r], p[r], &total);                     \
+                if (!next) continue;                                                           \
+                const T dist = next[r] + x_sq[i + r];                                          \
+                second[i + r] = dist < (T)0 ? (T)0 : dist;                                     \
+            }                                                                                  \
         }                                                                                      \
         *inertia = total;                                                                      \
         return moved;                                                                          \
@@ -363,10 +386,10 @@
         return relabelled;                                                                     \
     }                                                                                          \
                                                                                                \
-    /* Row minima of a block of partial distances D (m x k, rows ldd apart, any k): d_min,    \
-     * the nearest column (lowest index), min_dist = max(d_min + x_sq, 0) and, where counts   \
-     * is not NULL, the columns below d_min + threshold. Returns the rows with more than one \
-     * such column (0 without counts). */                                                     \
+    /* Row minima of a block of partial distances D (m x k, rows ldd apart, any k): d_min,     \
+     * the nearest column (lowest index), min_dist = max(d_min + x_sq, 0) and, where counts    \
+     * is not NULL, the columns below d_min + threshold. Returns the rows with more than one   \
+     * such column (0 without counts). */                                                      \
     int64_t row_minima_##SUFFIX(const T *restrict D, int64_t m, int64_t k, int64_t ldd,        \
                                 const T *restrict x_sq, T threshold, T *restrict d_min,        \
                                 int64_t *restrict labels, T *restrict min_dist,                \
@@ -377,7 +400,7 @@
             const T *row = D + i * ldd;                                                        \
             T p;                                                                               \
             int64_t lab = 0;                                                                   \
-            if (body) lab = nearest_row_##SUFFIX(row, body, &p);                               \
+            if (body) lab = nearest_row_##SUFFIX(row, body, &p, NULL);                         \
             else p = INFINITY;                                                                 \
             for (int64_t j = body; j < k; j++)                                                 \
                 if (row[j] < p || (body == 0 && j == 0)) {                                     \
@@ -400,35 +423,70 @@
     }
 
 /* entmax15 of rows of scores (Peters, Niculae and Martins, 2019), with the sums an
- * annealing pass needs: q = [z/2 - max/2 - tau]_+^2 with tau the exact sort-based threshold
- * (the `entmax` package's algorithm), -sigma sum_j q_j z_j (the distance the row spends
- * above its nearest), (4/3)(1 - sum_j q_j^1.5) (Tsallis entropy) and the support's size.
- * Only scores with x = (z - max)/2 > -1 can be in the support (tau >= -1), so only those
- * are sorted, into `work` (width values). */
-#define INSERTION_SORT_MAX 48
-
+ * annealing pass needs: q = [z/2 - max/2 - tau]_+^2 with tau the exact threshold,
+ * -sigma sum_j q_j z_j (the distance the row spends above its nearest),
+ * (4/3)(1 - sum_j q_j^1.5) (Tsallis entropy) and the support's size. Only scores with
+ * x = (z - max)/2 > -1 can be in the support (tau >= -1), so only those are copied into
+ * `work` (width values) and searched.
+ *
+ * The threshold without a sort: the `entmax` package sorts x descending and keeps the
+ * longest prefix whose tau (the lesser root of sum_prefix (x_i - tau)^2 = 1) is at most its
+ * last value. That holds for x_j exactly when sum_{x_i >= x_j} (x_i - x_j)^2 <= 1, a sum
+ * that grows as x_j falls, so the support is the values passing this test, and a
+ * quickselect finds the least of them in linear expected time: each round splits the
+ * candidates about a pivot and keeps the half the test leaves open, carrying the count,
+ * sum and sum of squares of the values already known to be in. Wide supports (hundreds of
+ * centres within reach at a hot temperature and large k) are no longer sorted. */
 #define ENTMAX15_ROWS(T, SUFFIX)                                                               \
-    static int descending_##SUFFIX(const void *a, const void *b) {                             \
-        const T x = *(const T *)a, y = *(const T *)b;                                          \
-        return (x < y) - (x > y);                                                              \
+    static inline T median3_##SUFFIX(T a, T b, T c) {                                          \
+        if (a > b) {                                                                           \
+            const T t = a;                                                                     \
+            a = b;                                                                             \
+            b = t;                                                                             \
+        }                                                                                      \
+        return c < a ? a : (c > b ? b : c);                                                    \
     }                                                                                          \
                                                                                                \
-    static void sort_descending_##SUFFIX(T *v, int64_t n) {                                    \
-        for (int64_t i = 1; i < n; i++) {                                                      \
-            const T x = v[i];                                                                  \
-            int64_t j = i - 1;                                                                 \
-            while (j >= 0 && v[j] < x) {                                                       \
-                v[j + 1] = v[j];                                                               \
-                j--;                                                                           \
+    /* The support's count, sum and sum of squares among the n values v (reordered). */        \
+    static void entmax15_support_##SUFFIX(T *restrict v, int64_t n, double in[3]) {            \
+        int64_t lo = 0, hi = n;                                                                \
+        in[0] = in[1] = in[2] = 0.0;                                                           \
+        while (lo < hi) {                                                                      \
+            const T pivot = median3_##SUFFIX(v[lo], v[lo + (hi - lo) / 2], v[hi - 1]);         \
+            int64_t gt = lo, i = lo, lt = hi; /* v[lo:gt] > pivot > v[lt:hi] */                \
+            double count = in[0], sum = in[1], sum_sq = in[2];                                 \
+            while (i < lt) {                                                                   \
+                const T x = v[i];                                                              \
+                if (x > pivot) {                                                               \
+                    v[i++] = v[gt];                                                            \
+                    v[gt++] = x;                                                               \
+                    count += 1.0;                                                              \
+                    sum += x;                                                                  \
+                    sum_sq += (double)x * x;                                                   \
+                } else if (x < pivot) {                                                        \
+                    v[i] = v[--lt];                                                            \
+                    v[lt] = x;                                                                 \
+                } else {                                                                       \
+                    i++;                                                                       \
+                }                                                                              \
             }                                                                                  \
-            v[j + 1] = x;                                                                      \
+            const double p = pivot;                                                            \
+            if (sum_sq - 2.0 * p * sum + count * p * p > 1.0) {                                \
+                hi = gt; /* the pivot is out, and all below it */                              \
+                continue;                                                                      \
+            }                                                                                  \
+            const double ties = (double)(lt - gt);                                             \
+            in[0] = count + ties;                                                              \
+            in[1] = sum + ties * p;                                                            \
+            in[2] = sum_sq + ties * p * p;                                                     \
+            lo = lt; /* the pivot is in, and all above it */                                   \
         }                                                                                      \
     }                                                                                          \
                                                                                                \
-    /* entmax15 of one row of width scores z into q (which may be z), its                 \
-     * sum_j q_j z_j, sum_j q_j^1.5 and support size. */                                      \
-    static void entmax15_row_##SUFFIX(const T *zi, int64_t width, T *qi, T *restrict work,    \
-                                      double *spent, double *power, int32_t *support) {       \
+    /* entmax15 of one row of width scores z into q (which may be z), its                      \
+     * sum_j q_j z_j, sum_j q_j^1.5 and support size. */                                       \
+    static void entmax15_row_##SUFFIX(const T *zi, int64_t width, T *qi, T *restrict work,     \
+                                      double *spent, double *power, int32_t *support) {        \
         T top = zi[0];                                                                         \
         for (int64_t j = 1; j < width; j++) top = zi[j] > top ? zi[j] : top;                   \
         int64_t n = 0;                                                                         \
@@ -436,22 +494,11 @@
             const T x = (zi[j] - top) / 2;                                                     \
             if (x > (T)-1) work[n++] = x;                                                      \
         }                                                                                      \
-        if (n <= INSERTION_SORT_MAX)                                                           \
-            sort_descending_##SUFFIX(work, n);                                                 \
-        else                                                                                   \
-            qsort(work, (size_t)n, sizeof(T), descending_##SUFFIX);                            \
-        double sum = 0.0, sum_sq = 0.0;                                                        \
-        T tau_star = work[0] - (T)1;                                                           \
-        for (int64_t k = 0; k < n; k++) {                                                      \
-            const double rho = (double)(k + 1);                                                \
-            sum += work[k];                                                                    \
-            sum_sq += (double)work[k] * work[k];                                               \
-            const double mean = sum / rho, mean_sq = sum_sq / rho;                             \
-            const double delta = (1.0 - rho * (mean_sq - mean * mean)) / rho;                  \
-            const T tau = (T)(mean - sqrt(delta > 0.0 ? delta : 0.0));                         \
-            if (tau > work[k]) break;                                                          \
-            tau_star = tau;                                                                    \
-        }                                                                                      \
+        double in[3];                                                                          \
+        entmax15_support_##SUFFIX(work, n, in);                                                \
+        const double mean = in[1] / in[0];                                                     \
+        const double delta = (1.0 - (in[2] - in[1] * mean)) / in[0];                           \
+        const T tau_star = (T)(mean - sqrt(delta > 0.0 ? delta : 0.0));                        \
         double spent_i = 0.0, power_i = 0.0;                                                   \
         int32_t nonzero = 0;                                                                   \
         for (int64_t j = 0; j < width; j++) {                                                  \
@@ -618,7 +665,8 @@ static void price_all(Pricing *p, const Clusters *c, const double *x, int64_t a,
             const double da = squared_gap(x, ma, d);                                           \
             const double freed = da * mass[a] / (mass[a] - wi);                                \
             const double leave = freed * (1.0 - min_gain);                                     \
-            const double bound = lower[i] - longest, floor = bound > 0.0 ? bound * bound : 0.0;  \
+            const double bound = lower[i] - longest;                                           \
+            const double floor = bound > 0.0 ? bound * bound : 0.0;                            \
             const double f_min = lightest / (lightest + wi);                                   \
             if (f_min * floor >= leave) continue;                                              \
             Pricing p = {leave, INFINITY, INFINITY, INFINITY, -1, -1};                         \
@@ -628,7 +676,7 @@ static void price_all(Pricing *p, const Clusters *c, const double *x, int64_t a,
                 lower[i] = sqrt(p.near < p.unpriced ? p.near : p.unpriced);                    \
                 continue;                                                                      \
             }                                                                                  \
-            /* The others are now a (which moves away from x) and all but the target. */      \
+            /* The others are now a (which moves away from x) and all but the target. */       \
             double other = p.target == p.nearest ? p.next : p.near;                            \
             other = other < p.unpriced ? other : p.unpriced;                                   \
             lower[i] = sqrt(da < other ? da : other);                                          \
@@ -724,7 +772,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
     /* Row i's share of the pass, from its partial distances p (kp columns, padding +inf). */  \
     static void soft_row_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t i, const T *p) {         \
         T dmin;                                                                                \
-        const int64_t lab = nearest_row_##SUFFIX(p, s->kp, &dmin);                             \
+        const int64_t lab = nearest_row_##SUFFIX(p, s->kp, &dmin, NULL);                       \
         const T x_sq = s->x_sq[i];                                                             \
         T dist = dmin + x_sq;                                                                  \
         dist = dist < (T)0 ? (T)0 : dist;                                                      \

@@ -58,7 +58,7 @@ FLAG_SETS = (("-O3", "-march=native"), ("-O3",))
 BUILD_TIMEOUT_S = 120
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_ARGTYPES = [_P, _I, _I, _P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, ctypes.c_int, _P]
+_ARGTYPES = [_P, _I, _I, _P, _P, _P, _I, _P, _I, _P, _P, _P, _P, _P, _P, ctypes.c_int, _P]
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _SCALAR = {torch.float32: ctypes.c_float, torch.float64: ctypes.c_double}
 
@@ -205,13 +205,16 @@ class Centres:
 class Rows:
     """A block of rows as the kernel reads and writes them: ``X`` (``m x d``, rows
     contiguous), their squared norms ``x_sq`` and weights ``w`` (``None``: all 1), and
-    the per-row outputs ``labels`` (in: the last pass's) and ``min_dist``."""
+    the per-row outputs ``labels`` (in: the last pass's), ``min_dist`` and, where
+    :meth:`LloydKernel.block` is to write it, the second-nearest squared distance
+    ``second``."""
 
     X: torch.Tensor
     x_sq: torch.Tensor
     w: torch.Tensor | None
     labels: torch.Tensor
     min_dist: torch.Tensor
+    second: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -326,15 +329,17 @@ class LloydKernel:
         den: torch.Tensor | None,
         mode: int,
     ) -> float:
-        """One block: ``labels`` and ``min_dist`` written, the sums (float64) added to as
-        ``mode`` says; returns the block's ``sum_i w_i min_dist_i``. ``D``: the block's
-        partial distances (``c_sq - 2 X C^T``, ``centres.width`` columns, padding
-        ``+inf``) where the centres carry no ``CT``."""
+        """One block: ``labels``, ``min_dist`` and ``second`` (where the rows carry it)
+        written, the sums (float64) added to as ``mode`` says; returns the block's
+        ``sum_i w_i min_dist_i``. ``D``: the block's partial distances (``c_sq - 2 X
+        C^T``, ``centres.width`` columns, padding ``+inf``) where the centres carry no
+        ``CT``."""
         inertia = ctypes.c_double()
         self._fn(
             *_block_args(rows, centres, D),
             rows.labels.data_ptr(),
             rows.min_dist.data_ptr(),
+            None if rows.second is None else rows.second.data_ptr(),
             None if num is None else num.data_ptr(),
             None if den is None else den.data_ptr(),
             mode,
@@ -565,9 +570,10 @@ def entmax15_rows(
     """entmax15 of the rows of scores ``z`` into ``q`` (which may be ``z`` itself), with
     each row's ``-sigma sum_j q_j z_j``, Tsallis entropy ``(4/3)(1 - sum_j q_j^1.5)`` and
     support size (int32): the `entmax` package's exact threshold, one row at a time in C,
-    sorting only the scores that can be in the support. Returns ``False`` (nothing
-    written) where the kernel is not there or the tensors are not CPU float32/float64
-    blocks with contiguous rows; the caller then uses the package."""
+    found by a selection on the scores that can be in the support, without a sort.
+    Returns ``False`` (nothing written) where the kernel is not there or the tensors are
+    not CPU float32/float64 blocks with contiguous rows; the caller then uses the
+    package."""
     blocks = (z, q)
     if any(t.device.type != "cpu" or t.dtype not in _SUFFIX or t.dim() != 2 for t in blocks):
         return False

@@ -175,14 +175,16 @@ class Workspace:
         """The block's sample weights (``None``: all 1)."""
         return None if self.w is None else self.w[rows]
 
-    def _rows(self, rows: slice) -> Rows:
-        """The block as the kernel reads and writes it."""
+    def _rows(self, rows: slice, second: torch.Tensor | None = None) -> Rows:
+        """The block as the kernel reads and writes it (with ``second``'s rows where
+        the pass is to write each row's second-nearest squared distance)."""
         return Rows(
             self.X[rows],
             self.x_sq[rows],
             self.weights(rows),
             self.labels[rows],
             self._min_dist[rows],
+            None if second is None else second[rows],
         )
 
     # ------------------------------------------------------------------ blocks
@@ -428,9 +430,11 @@ class Workspace:
         den: torch.Tensor | None,
         *,
         inertia: bool = True,
+        second: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """A hard pass by the fused kernel, block by block (see :mod:`.native`): labels and
-        distances of every row, the sums added to as ``mode`` says (each block's share its
+        distances of every row (and into ``second``, where given, the second-nearest
+        squared distances), the sums added to as ``mode`` says (each block's share its
         own, added in block order); returns the inertia (a float64 tensor; 0 without
         ``inertia``, where the caller takes it from the sums)."""
         kernel = self.kernel
@@ -439,7 +443,12 @@ class Workspace:
         centres = kernel.centres(C, width)
         bounds = self._lloyd_bounds(C, centres.CT is not None)
         if bounds is not None:
-            if num is not None and den is not None and (mode == ADD or bounds.usable(C)):
+            if (
+                second is None
+                and num is not None
+                and den is not None
+                and (mode == ADD or bounds.usable(C))
+            ):
                 warm = mode == MOVE
                 return self._bounded_pass(C, centres, bounds, num, den, warm, inertia)
             bounds.forget()  # this pass labels the rows without them
@@ -449,7 +458,8 @@ class Workspace:
             D = None if centres.CT is not None else self.padded_distances(rows, C, c_sq)
             part_num = None if num is None else torch.zeros_like(num)
             part_den = None if den is None else torch.zeros_like(den)
-            inertia = kernel.block(self._rows(rows), centres, D, part_num, part_den, mode)
+            rows_out = self._rows(rows, second)
+            inertia = kernel.block(rows_out, centres, D, part_num, part_den, mode)
             return inertia, part_num, part_den
 
         total = 0.0
@@ -676,10 +686,15 @@ class Workspace:
 
     def two_nearest(self, C: torch.Tensor) -> tuple[torch.Tensor, float]:
         """Hard E-step at ``C`` that also returns each point's second-nearest squared
-        distance (``labels`` and ``min_dist`` hold the nearest); and the inertia."""
+        distance (``labels`` and ``min_dist`` hold the nearest); and the inertia. By the
+        fused kernel where it runs (one sweep of each row's distances, where a top-2 sort
+        of the block costs several)."""
         self._forget_lloyd_state()
-        c_sq = squared_norms(C).unsqueeze(0)
         second = torch.empty_like(self.min_dist)
+        if self.kernel is not None and C.dtype == self.X.dtype:
+            inertia = self._fused_pass(C, LABEL, None, None, second=second)
+            return second, self._summed(inertia)
+        c_sq = squared_norms(C).unsqueeze(0)
 
         def block(rows: slice) -> torch.Tensor:
             D = self.padded_distances(rows, C, c_sq)

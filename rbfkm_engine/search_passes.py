@@ -24,6 +24,10 @@ from .swaps import (
     swap_costs,
 )
 
+#: Up to this many centres :func:`_own_projection` makes a GEMM; past it, a gather (the
+#: crossover measured over 3 to 784 features; benchmarks/README.md).
+PROJECTION_GEMM_MAX_K = 64
+
 
 def captured_means(ws: Workspace, P: torch.Tensor) -> torch.Tensor:
     """Each candidate centre moved to the (weighted) mean of the points it would take
@@ -219,7 +223,11 @@ def _added(
 
 
 def _own_projection(ws: Workspace, rows: slice, V: torch.Tensor) -> torch.Tensor:
-    """``x_i . V[label_i]`` for the block: a ``(rows, k)`` GEMM and a gather, cheaper than
-    gathering a ``(rows, d)`` block of ``V``'s rows."""
-    lab = ws.labels[rows].unsqueeze(1)
-    return torch.mm(ws.X[rows], V.T).gather(1, lab).squeeze(1)
+    """``x_i . V[label_i]`` for the block. With few centres a ``(rows, k)`` GEMM and a
+    gather beat gathering a ``(rows, d)`` block of ``V``'s rows; its cost grows with ``k``
+    while the gather's does not, so past :data:`PROJECTION_GEMM_MAX_K` centres the rows
+    of ``V`` are gathered."""
+    lab = ws.labels[rows]
+    if V.shape[0] > PROJECTION_GEMM_MAX_K:
+        return torch.linalg.vecdot(ws.X[rows], V[lab])
+    return torch.mm(ws.X[rows], V.T).gather(1, lab.unsqueeze(1)).squeeze(1)

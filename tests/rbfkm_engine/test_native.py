@@ -263,7 +263,7 @@ def test_a_soft_block_matches_the_dense_map(direct: bool) -> None:
 
 @needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("width", [1, 2, 7, 40, 100])
+@pytest.mark.parametrize("width", [1, 2, 7, 40, 100, 1000])
 def test_entmax15_rows_match_the_entmax_package(dtype: torch.dtype, width: int) -> None:
     from entmax import entmax15
 
@@ -273,6 +273,8 @@ def test_entmax15_rows_match_the_entmax_package(dtype: torch.dtype, width: int) 
     z[40:80] = -4.0  # every score at the floor: a uniform row
     if width > 1:
         z[80:120, 1:] = -4.0  # one score above the floor: one-hot
+    z[120:200] /= 40  # scores close together: wide supports, many rounds of the search
+    z[200:240] = z[200:240].sort(dim=1).values / 40  # and in order
     q = torch.empty_like(z)
     spent, tsallis = torch.empty(400, dtype=dtype), torch.empty(400, dtype=dtype)
     support = torch.empty(400, dtype=torch.int32)
