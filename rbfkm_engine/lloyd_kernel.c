@@ -844,9 +844,91 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
 SOFT_PASS(float, vfloat, 8, f32)
 SOFT_PASS(double, vdouble, 4, f64)
 
+/* One block of a batch of Hartigan moves (rbfkm_engine/swaps.py, hartigan_targets): row i
+ * of cluster l (mass M_l, its squared distance D_l) moves to the cluster j != l that
+ * minimises M_j / (M_j + w_i) D_j where that is below keep M_l / (M_l - w_i) D_l, unless
+ * it is its cluster's last weight or weighs nothing. D = max(0, partial + x_sq), from
+ * direct partials (CT) or the block's GEMM (D, ldd), as lloyd_block's; mass (kp, padding
+ * of any positive value). labels (m) are moved in place; returns how many moved. The
+ * dense torch version makes several (m, k) temporaries; this is one sweep of each row.
+ * Scratch: hartigan_scratch(kp) values of T. */
+#define HARTIGAN_BATCH(T, V, I, LANES, SUFFIX)                                                 \
+    /* The cluster j != lab minimising factor_j D_j (factor: M_j / (M_j + wi), given or       \
+     * made from mass), and that value in *join; D_lab in *own. */                             \
+    static int64_t hartigan_join_##SUFFIX(const T *restrict p, int64_t kp, T x_sq, T wi,       \
+                                          const T *restrict mass, const T *restrict factor,    \
+                                          int64_t lab, T *join, T *own) {                      \
+        V best, zero = {0}, inf = zero + (T)INFINITY;                                          \
+        V##_index at, idx = iota_##SUFFIX();                                                   \
+        const V##_index own_lane = (V##_index){0} + (I)lab;                                    \
+        start_##SUFFIX(&best, &at);                                                            \
+        for (int64_t j = 0; j < kp; j += LANES) {                                              \
+            V dist, f;                                                                         \
+            memcpy(&dist, p + j, sizeof dist);                                                 \
+            dist += x_sq;                                                                      \
+            dist = select_##SUFFIX(dist < zero, zero, dist);                                   \
+            if (factor) {                                                                      \
+                memcpy(&f, factor + j, sizeof f);                                              \
+            } else {                                                                           \
+                memcpy(&f, mass + j, sizeof f);                                                \
+                f = f / (f + wi);                                                              \
+            }                                                                                  \
+            keep_min_##SUFFIX(select_##SUFFIX(idx == own_lane, inf, dist * f), idx, &best,    \
+                              &at);                                                            \
+            idx += (I)LANES;                                                                   \
+        }                                                                                      \
+        const T d_own = p[lab] + x_sq;                                                         \
+        *own = d_own < (T)0 ? (T)0 : d_own;                                                    \
+        return reduce_##SUFFIX(best, at, join);                                                \
+    }                                                                                          \
+                                                                                               \
+    int64_t hartigan_batch_##SUFFIX(const T *X, int64_t m, int64_t d, const T *x_sq,           \
+                                    const T *CT, const T *c_sq, int64_t kp, const T *D,        \
+                                    int64_t ldd, const T *w, const T *mass, T keep,            \
+                                    int64_t *labels, T *scratch) {                             \
+        T *part = scratch, *factor = NULL;                                                     \
+        if (!w) { /* every weight 1: the factors once for the block */                         \
+            factor = scratch + ROWS * kp;                                                      \
+            for (int64_t j = 0; j < kp; j++) factor[j] = mass[j] / (mass[j] + (T)1);           \
+        }                                                                                      \
+        int64_t moved = 0;                                                                     \
+        for (int64_t i = 0; i < m; i += ROWS) {                                                \
+            const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
+            if (!D) {                                                                          \
+                const T *xs[ROWS];                                                             \
+                for (int r = 0; r < ROWS; r++)                                                 \
+                    xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;                           \
+                soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part);                             \
+            }                                                                                  \
+            for (int r = 0; r < rows; r++) {                                                   \
+                const int64_t row = i + r, lab = labels[row];                                  \
+                const T wi = w ? w[row] : (T)1;                                                \
+                const T rest = mass[lab] - wi;                                                 \
+                if (!(rest > (T)0) || !(wi > (T)0)) continue;                                  \
+                const T *p = D ? D + row * ldd : part + r * kp;                                \
+                T join, own;                                                                   \
+                const int64_t to = hartigan_join_##SUFFIX(p, kp, x_sq[row], wi, mass, factor,  \
+                                                          lab, &join, &own);                   \
+                const T leave = own * mass[lab] / (rest > (T)1e-30 ? rest : (T)1e-30);         \
+                if (join < keep * leave) {                                                     \
+                    labels[row] = to;                                                          \
+                    moved++;                                                                   \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        return moved;                                                                          \
+    }
+
+HARTIGAN_BATCH(float, vfloat, int32_t, 8, f32)
+HARTIGAN_BATCH(double, vdouble, int64_t, 4, f64)
+
 /* The number of columns the kernels read at a time: kp and ldd are multiples of it. */
 int64_t lloyd_lanes(void) { return 8; }
 
 /* The values of scratch soft_block needs for kp columns: a partial-distance block, then a
  * row's scores, responsibilities and sort space. */
 int64_t soft_scratch(int64_t kp) { return (ROWS + 3) * kp; }
+
+/* The values of scratch hartigan_batch needs for kp columns: a partial-distance block
+ * and the columns' factors. */
+int64_t hartigan_scratch(int64_t kp) { return (ROWS + 1) * kp; }

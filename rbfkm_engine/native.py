@@ -184,7 +184,11 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = None
                 fn.argtypes = [*_ARGTYPES[:10], _I, _SCALAR[dtype], _I]
                 fn.argtypes += [_P] * 9
-            lib.soft_scratch.restype, lib.soft_scratch.argtypes = ctypes.c_int64, [_I]
+                fn = getattr(lib, f"hartigan_batch_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [*_ARGTYPES[:10], _P, _SCALAR[dtype], _P, _P]
+            for scratch in (lib.soft_scratch, lib.hartigan_scratch):
+                scratch.restype, scratch.argtypes = ctypes.c_int64, [_I]
             return lib
     return None
 
@@ -300,6 +304,8 @@ class LloydKernel:
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
         self._soft = getattr(lib, f"soft_block_{_SUFFIX[dtype]}")
         self._soft_scratch = lib.soft_scratch
+        self._batch = getattr(lib, f"hartigan_batch_{_SUFFIX[dtype]}")
+        self._batch_scratch = lib.hartigan_scratch
         self.dtype = dtype
 
     @staticmethod
@@ -446,6 +452,29 @@ class LloydKernel:
             1 if drift is None else 0,
         )
 
+    def hartigan_batch(
+        self,
+        rows: Rows,
+        centres: Centres,
+        D: torch.Tensor | None,
+        mass: torch.Tensor,
+        keep: float,
+    ) -> int:
+        """A batch of Hartigan moves over the block, all at the same means (as
+        :func:`~rbfkm_engine.swaps.hartigan_targets` makes them, ``keep`` its ``1 -
+        HARTIGAN_MIN_GAIN``): ``rows.labels`` moved in place; ``mass``: the clusters'
+        weights, ``centres.width`` values (the padding any positive value). ``D``: as
+        :meth:`block`'s. Returns how many rows moved."""
+        scratch = torch.empty(int(self._batch_scratch(centres.width)), dtype=rows.X.dtype)
+        moved = self._batch(
+            *_block_args(rows, centres, D),
+            mass.data_ptr(),
+            keep,
+            rows.labels.data_ptr(),
+            scratch.data_ptr(),
+        )
+        return int(moved)
+
     def hartigan_sweep(
         self,
         X: torch.Tensor,
@@ -489,8 +518,8 @@ class LloydKernel:
 
 
 def _block_args(rows: Rows, centres: Centres, D: torch.Tensor | None) -> list[int | None]:
-    """The arguments ``lloyd_block`` and ``soft_block`` start with: the rows, the centres
-    and the block's partial distances."""
+    """The arguments ``lloyd_block``, ``soft_block`` and ``hartigan_batch`` start with:
+    the rows, the centres and the block's partial distances."""
     m, d = rows.X.shape
     return [
         rows.X.data_ptr(),

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from .distances import squared_norms
-from .native import HartiganState
-from .passes import Workspace
+from .native import HartiganState, Rows
+from .passes import Workspace, row_reduction_width
 from .swaps import (
     HARTIGAN_MIN_GAIN,
     SPLIT_POWER_ITERATIONS,
@@ -104,11 +104,15 @@ def hartigan_moves(
     once; returns how many moved.
 
     ``means`` and ``mass``: of the clusters of ``labels`` (:func:`label_means`); see
-    :func:`~rbfkm_engine.swaps.hartigan_targets`.
+    :func:`~rbfkm_engine.swaps.hartigan_targets`, which the kernel's batch
+    (:func:`_kernel_batch`) computes without its ``(rows, k)`` temporaries where it runs.
     """
     c_sq = squared_norms(means)
+    in_kernel = _kernel_batch(ws, labels, means, mass)
 
     def block(rows: slice) -> int:
+        if in_kernel is not None:
+            return in_kernel(rows)
         D = ws.distances(rows, means, c_sq, with_norms=True)
         new = hartigan_targets(D, labels[rows], mass, ws.weights(rows))
         moved = int((new != labels[rows]).sum())
@@ -116,6 +120,31 @@ def hartigan_moves(
         return moved
 
     return int(ws.reducer.sum(torch.tensor(sum(ws.map_blocks(block)))))
+
+
+def _kernel_batch(
+    ws: Workspace, labels: torch.Tensor, means: torch.Tensor, mass: torch.Tensor
+) -> Callable[[slice], int] | None:
+    """:func:`hartigan_moves`' block by the kernel (one sweep of each row's distances,
+    direct or from the block's GEMM); ``None`` where it does not run (no kernel, means of
+    another type than the data)."""
+    kernel = ws.kernel
+    if kernel is None or means.dtype != ws.X.dtype:
+        return None
+    k = means.shape[0]
+    width = row_reduction_width(k, means.device)
+    centres = kernel.centres(means.contiguous(), width)
+    c_sq = centres.c_sq[:k].unsqueeze(0)
+    padded = torch.ones(width, dtype=means.dtype)
+    padded[:k] = mass
+    keep = 1.0 - HARTIGAN_MIN_GAIN
+
+    def block(rows: slice) -> int:
+        D = None if centres.CT is not None else ws.padded_distances(rows, means, c_sq)
+        part = Rows(ws.X[rows], ws.x_sq[rows], ws.weights(rows), labels[rows], ws.min_dist[rows])
+        return kernel.hartigan_batch(part, centres, D, padded, keep)
+
+    return block
 
 
 def hartigan_sweep(ws: Workspace, state: HartiganState) -> int | None:

@@ -8,7 +8,7 @@ import torch
 
 from rbfkm_engine import search_passes
 from rbfkm_engine.passes import Workspace
-from rbfkm_engine.search_passes import cluster_halves, hartigan_sweep
+from rbfkm_engine.search_passes import cluster_halves, hartigan_moves, hartigan_sweep, label_means
 from rbfkm_engine.swaps import split_gain
 
 from .test_native import hartigan_sweep_reference, needs_compiler, sweep_state
@@ -81,3 +81,48 @@ def test_hartigan_sweeps_skip_pricing_without_changing_a_move(
     Xn, wn, fixed = X.double().numpy(), w.double().numpy(), bounded.labels.numpy().copy()
     hartigan_sweep_reference(Xn, wn, fixed, k)
     np.testing.assert_array_equal(fixed, bounded.labels.numpy())
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [3, 40])  # the kernel's direct distances, or a GEMM's
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_kernel_batch_of_hartigan_moves_matches_the_torch_one(
+    dtype: torch.dtype, d: int, weighted: bool
+) -> None:
+    gen = torch.Generator().manual_seed(d)
+    n, k = 1500, 61
+    truth = torch.arange(n) % (k - 1)
+    X = 3 * torch.randn(k - 1, d, generator=gen, dtype=dtype)[truth]
+    X += torch.randn(n, d, generator=gen, dtype=dtype)
+    w = None
+    if weighted:
+        w = torch.rand(n, generator=gen, dtype=dtype) + 0.5
+        w[::9] = 0.0  # weightless rows never move
+    labels = truth.clone()  # a tenth of the rows mislabelled, and a cluster of one row,
+    wrong = torch.rand(n, generator=gen) < 0.1  # which never leaves it
+    labels[wrong] = torch.randint(0, k - 1, (int(wrong.sum()),), generator=gen)
+    single = 1
+    labels[single] = k - 1
+    moved = {}
+    for path in ("kernel", "torch"):
+        ws = Workspace(X, w, k, chunk_size=256)
+        if ws.kernel is None:
+            pytest.skip("the kernel did not build here")
+        if path == "torch":
+            ws.kernel = None
+        ws.hard_labels(X[:k].clone())
+        means, mass = label_means(ws, labels, X[:k].clone())
+        assert float(mass.min()) > 0
+        out = labels.clone()
+        count = hartigan_moves(ws, out, means, mass)
+        moved[path] = (count, out)
+    assert 30 < moved["torch"][0] < n
+    if dtype == torch.float64:
+        assert moved["kernel"][0] == moved["torch"][0]
+        assert torch.equal(moved["kernel"][1], moved["torch"][1])
+    else:  # float32 distances by another sum: a rare near-tie may go the other way
+        assert (moved["kernel"][1] != moved["torch"][1]).sum() <= n // 200
+    assert moved["kernel"][1][single] == k - 1
+    if weighted:
+        assert torch.equal(moved["kernel"][1][::9], labels[::9])
