@@ -66,22 +66,28 @@ def swap_costs_of(ws: Workspace, P: torch.Tensor, second: torch.Tensor) -> torch
     return delta + base.unsqueeze(0)
 
 
+#: A block's points as a pass over some of them sees them: their rows, labels (or slots)
+#: and weights (``None``: all 1).
+Points = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+
 def slot_means(
-    ws: Workspace, slot_of: Callable[[slice], torch.Tensor], fallback: torch.Tensor
+    ws: Workspace, slot_of: Callable[[slice], Points], fallback: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Weighted) means and weights of the points by slot, ``slot_of(rows)`` giving the
-    slots of a block; an empty slot keeps its row of ``fallback`` (one per slot)."""
+    """(Weighted) means and weights of the points by slot, ``slot_of(rows)`` giving a
+    block's points and their slots; an empty slot keeps its row of ``fallback`` (one per
+    slot)."""
     n_slots = fallback.shape[0]
 
     def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
-        slot = slot_of(rows)
+        X, slot, w = slot_of(rows)
         num = torch.zeros_like(fallback)
-        if ws.w is None:
-            num.index_add_(0, slot, ws.X[rows])
+        if w is None:
+            num.index_add_(0, slot, X)
             return num, torch.bincount(slot, minlength=n_slots).to(fallback.dtype)
         mass = torch.zeros(n_slots, dtype=fallback.dtype, device=fallback.device)
-        num.index_add_(0, slot, ws.X[rows] * ws.w[rows].unsqueeze(1))
-        return num, mass.index_add_(0, slot, ws.w[rows])
+        num.index_add_(0, slot, X * w.unsqueeze(1))
+        return num, mass.index_add_(0, slot, w)
 
     num, mass = _added(
         ws, ws.map_blocks(block), torch.zeros_like(fallback), fallback.new_zeros(n_slots)
@@ -94,7 +100,7 @@ def label_means(
     ws: Workspace, labels: torch.Tensor, C: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Means and weights of the clusters of ``labels``; an empty one keeps ``C``'s row."""
-    return slot_means(ws, lambda rows: labels[rows], C)
+    return slot_means(ws, lambda rows: (ws.X[rows], labels[rows], ws.weights(rows)), C)
 
 
 def hartigan_moves(
@@ -178,28 +184,33 @@ def sweeps_run(ws: Workspace) -> bool:
 
 
 def cluster_halves(
-    ws: Workspace, C: torch.Tensor, generator: torch.Generator | None
+    ws: Workspace,
+    C: torch.Tensor,
+    generator: torch.Generator | None,
+    only: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every cluster of the last pass's labels split in two: the halves' means
-    ``(k, 2, d)`` and weights ``(k, 2)``, for all clusters at once.
+    ``(k, 2, d)`` and weights ``(k, 2)``, for all clusters at once; with ``only`` (a
+    ``(k,)`` mask), for those clusters alone (the others' rows are ``C``'s, weight 0), in
+    passes over their points alone.
 
     The halves start on either side of the cluster's principal axis through ``C`` (a few
     power iterations of its scatter matrix, from a random direction) and are refined by
     2-means within the cluster. Each step is one pass: a point's projection on its own
-    cluster's axis is a column of an ``(n, k)`` GEMM, the sums are made by ``index_add_``
-    over ``k`` or ``2 k`` slots.
+    cluster's axis (:func:`_own_projection`), the sums made by ``index_add_`` over ``k``
+    or ``2 k`` slots.
     """
     k, d = C.shape
     device = C.device if generator is None else generator.device
     axis = torch.randn((k, d), generator=generator, dtype=torch.float64, device=device)
-    axis = _principal_axes(ws, C, axis.to(device=C.device, dtype=C.dtype))
+    axis = _principal_axes(ws, C, axis.to(device=C.device, dtype=C.dtype), only)
     # Side of each point: first along the axis, then by the nearer half's mean.
     normal, offset_at = axis, (axis * C).sum(dim=1)
 
-    def half_of(rows: slice) -> torch.Tensor:  # slot 2 label + side
-        lab = ws.labels[rows]
-        side = (_own_projection(ws, rows, normal) > offset_at[lab]).long()
-        return side.add_(lab, alpha=2)
+    def half_of(rows: slice) -> Points:  # slot 2 label + side
+        X, lab, w = _members(ws, rows, only)
+        side = (_own_projection(X, lab, normal) > offset_at[lab]).long()
+        return X, side.add_(lab, alpha=2), w
 
     for _ in range(SPLIT_TWO_MEANS_ITERATIONS + 1):
         halves, mass = slot_means(ws, half_of, C.repeat_interleave(2, dim=0))
@@ -210,8 +221,20 @@ def cluster_halves(
     return halves, mass.view(k, 2)
 
 
-def _principal_axes(ws: Workspace, C: torch.Tensor, axis: torch.Tensor) -> torch.Tensor:
-    """Power iterations of each cluster's scatter matrix about ``C``, from ``axis``."""
+def _members(ws: Workspace, rows: slice, only: torch.Tensor | None) -> Points:
+    """The block's points in the clusters ``only`` marks (all of them without it)."""
+    X, lab, w = ws.X[rows], ws.labels[rows], ws.weights(rows)
+    if only is None:
+        return X, lab, w
+    keep = torch.nonzero(only[lab]).squeeze(1)
+    return X[keep], lab[keep], None if w is None else w[keep]
+
+
+def _principal_axes(
+    ws: Workspace, C: torch.Tensor, axis: torch.Tensor, only: torch.Tensor | None
+) -> torch.Tensor:
+    """Power iterations of each cluster's scatter matrix about ``C``, from ``axis`` (of
+    the clusters ``only`` marks, where given)."""
     k = C.shape[0]
     for _ in range(SPLIT_POWER_ITERATIONS):
         # scatter_c v = sum_i w_i (x_i - c) (x_i - c) . v over the cluster's points
@@ -221,11 +244,11 @@ def _principal_axes(ws: Workspace, C: torch.Tensor, axis: torch.Tensor) -> torch
         def block(
             rows: slice, axis: torch.Tensor = axis, c_along: torch.Tensor = c_along
         ) -> tuple[torch.Tensor, torch.Tensor]:
-            lab = ws.labels[rows]
-            proj = _own_projection(ws, rows, axis).sub_(c_along[lab])
-            if ws.w is not None:
-                proj.mul_(ws.w[rows])
-            along = torch.zeros_like(C).index_add_(0, lab, ws.X[rows] * proj.unsqueeze(1))
+            X, lab, w = _members(ws, rows, only)
+            proj = _own_projection(X, lab, axis).sub_(c_along[lab])
+            if w is not None:
+                proj.mul_(w)
+            along = torch.zeros_like(C).index_add_(0, lab, X * proj.unsqueeze(1))
             weight = torch.zeros(k, dtype=C.dtype, device=C.device).index_add_(0, lab, proj)
             return along, weight
 
@@ -251,12 +274,11 @@ def _added(
     return first, second
 
 
-def _own_projection(ws: Workspace, rows: slice, V: torch.Tensor) -> torch.Tensor:
-    """``x_i . V[label_i]`` for the block. With few centres a ``(rows, k)`` GEMM and a
+def _own_projection(X: torch.Tensor, lab: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """``x_i . V[lab_i]`` for the rows ``X``. With few centres a ``(rows, k)`` GEMM and a
     gather beat gathering a ``(rows, d)`` block of ``V``'s rows; its cost grows with ``k``
     while the gather's does not, so past :data:`PROJECTION_GEMM_MAX_K` centres the rows
     of ``V`` are gathered."""
-    lab = ws.labels[rows]
     if V.shape[0] > PROJECTION_GEMM_MAX_K:
-        return torch.linalg.vecdot(ws.X[rows], V[lab])
-    return torch.mm(ws.X[rows], V.T).gather(1, lab.unsqueeze(1)).squeeze(1)
+        return torch.linalg.vecdot(X, V[lab])
+    return torch.mm(X, V.T).gather(1, lab.unsqueeze(1)).squeeze(1)

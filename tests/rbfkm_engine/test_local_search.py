@@ -13,7 +13,18 @@ import torch
 from rbfkm_engine import RBFKMeans
 from rbfkm_engine.context import FitContext
 from rbfkm_engine.lloyd import lloyd
-from rbfkm_engine.local_search import FixedPoint, hartigan, rebalance, refine, split_merges
+from rbfkm_engine.local_search import (
+    FixedPoint,
+    hartigan,
+    rebalance,
+    refine,
+    settle,
+    split_merge_prices,
+    split_merged,
+    split_merges,
+)
+from rbfkm_engine.search_passes import cluster_halves
+from rbfkm_engine.swaps import ranked_split_merges, split_gain
 
 from .conftest import blob_tensor, make_context
 
@@ -271,3 +282,24 @@ def test_rebalance_keeps_only_batches_that_end_better() -> None:
     if again == 0:
         torch.testing.assert_close(best.centres, centres)
         assert len(ctx.history) == records  # a batch not kept leaves no record
+
+
+def test_a_pricing_keeps_the_halves_of_the_clusters_no_move_changed() -> None:
+    # After a kept move, the next pricing splits again only the clusters whose centre or
+    # weight changed; theirs are the halves a pricing of every cluster makes.
+    ctx, best = digits_fixed_point(9)
+    halves, gain, removal = split_merge_prices(ctx, best)
+    old = best.halves
+    assert old is not None
+    again = split_merge_prices(ctx, best)[0]  # nothing changed: the same halves
+    torch.testing.assert_close(again, halves, rtol=0, atol=0)
+    moves = ranked_split_merges(gain, removal, 2)
+    assert any(settle(ctx, best, split_merged(best.centres, halves, [m]))[0] for m in moves)
+    changed = (old.centres != best.centres).any(dim=1)
+    assert 0 < int(changed.sum()) < 10
+    generator = torch.Generator().set_state(ctx.generator.get_state())
+    halves, gain, _ = split_merge_prices(ctx, best)
+    torch.testing.assert_close(halves[~changed], old.means[~changed], rtol=0, atol=0)
+    fresh, mass = cluster_halves(ctx.passes, best.centres, generator)
+    torch.testing.assert_close(halves[changed], fresh[changed], rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(gain[changed], split_gain(mass, fresh)[changed])
