@@ -611,10 +611,11 @@ def test_orphaned_worker_process_exits(
 
 @pytest.fixture
 def big_data_dir(data_dir: Path) -> Path:
-    """A dataset whose fit takes seconds (20 000 points, 8 features, 200 clusters)."""
+    """A dataset whose fit takes seconds (100 000 points, 8 features, 200 clusters: several
+    times the time limits below, however fast the engine's passes get)."""
     rng = np.random.default_rng(1)
     centres = rng.uniform(-10, 10, size=(50, 8))
-    X = centres[rng.integers(0, 50, 20_000)] + rng.normal(size=(20_000, 8))
+    X = centres[rng.integers(0, 50, 100_000)] + rng.normal(size=(100_000, 8))
     np.save(data_dir / "datasets" / "big.npy", X.astype(np.float32))
     return data_dir
 

@@ -387,7 +387,7 @@ def test_a_job_that_ran_out_of_time_says_so(
     # A real worker runs a real fit under a tiny limit: the job fails, not retried, and
     # its error (and the result's 409) say what to change.
     rng = np.random.default_rng(0)
-    meta = upload(limited, rng.normal(size=(20_000, 8)).astype(np.float32))
+    meta = upload(limited, rng.normal(size=(100_000, 8)).astype(np.float32))  # seconds to fit
     body = {"dataset_id": meta["id"], "n_clusters": 200, "max_runtime_s": 0.3}
     job = limited.post("/v1/jobs", json=body).json()
     queue = JobQueue.from_settings(redis_client, settings)
