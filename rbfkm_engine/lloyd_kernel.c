@@ -299,6 +299,20 @@
         return empty;                                                                          \
     }                                                                                          \
                                                                                                \
+    /* sum_i w_i ||x_i||^2 over the m rows of X (w NULL: all 1), in float64: lloyd_update's    \
+     * sum_sq, which must carry less rounding than T's (see there). */                         \
+    double weighted_sum_sq_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                 \
+                                    const T *restrict w) {                                     \
+        double total = 0.0;                                                                    \
+        for (int64_t i = 0; i < m; i++) {                                                      \
+            const T *x = X + i * d;                                                            \
+            double s = 0.0;                                                                    \
+            for (int64_t t = 0; t < d; t++) s += (double)x[t] * (double)x[t];                  \
+            total += w ? (double)w[i] * s : s;                                                 \
+        }                                                                                      \
+        return total;                                                                          \
+    }                                                                                          \
+                                                                                               \
     /* Whether row i's bounds, moved by the centres' drift (lloyd_bounded), still show its     \
      * label; upper and lower are updated (upper tightened to the exact distance when the      \
      * moved bound alone does not show it). */                                                 \

@@ -184,6 +184,8 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = None
                 fn.argtypes = [*_ARGTYPES[:10], _I, _SCALAR[dtype], _I]
                 fn.argtypes += [_P] * 9
+                fn = getattr(lib, f"weighted_sum_sq_{suffix}")
+                fn.restype, fn.argtypes = ctypes.c_double, [_P, _I, _I, _P]
                 fn = getattr(lib, f"hartigan_batch_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [*_ARGTYPES[:10], _P, _SCALAR[dtype], _P, _P]
@@ -301,6 +303,7 @@ class LloydKernel:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
+        self._sum_sq = getattr(lib, f"weighted_sum_sq_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
         self._soft = getattr(lib, f"soft_block_{_SUFFIX[dtype]}")
         self._soft_scratch = lib.soft_scratch
@@ -451,6 +454,12 @@ class LloydKernel:
             den.data_ptr(),
             1 if drift is None else 0,
         )
+
+    def weighted_sum_sq(self, X: torch.Tensor, w: torch.Tensor | None) -> float:
+        """``sum_i w_i ||x_i||^2`` of the rows ``X`` (contiguous, the kernel's type; ``w``:
+        ``None`` for all 1), in float64 without a float64 copy of ``X``."""
+        m, d = X.shape
+        return float(self._sum_sq(X.data_ptr(), m, d, None if w is None else w.data_ptr()))
 
     def hartigan_batch(
         self,

@@ -540,12 +540,18 @@ class Workspace:
         return (self._weighted_sum_sq() - 2.0 * (Cd * num).sum() + spread).clamp_min(0.0)
 
     def _weighted_sum_sq(self) -> torch.Tensor:
-        """``sum_i w_i ||x_i||^2`` in float64 (a float64 tensor), made once per fit, by
-        parts of at most :data:`SUM_SQ_BYTES` in float64."""
+        """``sum_i w_i ||x_i||^2`` in float64 (a float64 tensor), made once per fit: by
+        the kernel block by block where it runs (no copy), else by parts of at most
+        :data:`SUM_SQ_BYTES` in float64 (a few small ops each)."""
         if self._sum_sq is None:
             n, d = self.X.shape
-            part = min(self.chunk_size, max(1, SUM_SQ_BYTES // (8 * max(d, 1))))
             total = torch.zeros((), dtype=torch.float64, device=self.X.device)
+            if self.kernel is not None:
+                for rows in self.chunks():
+                    total += self.kernel.weighted_sum_sq(self.X[rows], self.weights(rows))
+                self._sum_sq = total
+                return total
+            part = min(self.chunk_size, max(1, SUM_SQ_BYTES // (8 * max(d, 1))))
             for rows in iter_chunks(n, part):
                 self.check()
                 squares = self.X[rows].double().square().sum(dim=1)  # X may be float64

@@ -547,3 +547,25 @@ def test_a_small_fit_is_the_same_with_lloyd_in_the_kernel(
     assert np.array_equal(fits[0].labels_, fits[1].labels_)
     np.testing.assert_allclose(fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=1e-6)
     assert fits[0].inertia_ == pytest.approx(fits[1].inertia_, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+@pytest.mark.parametrize("weighted", (False, True))
+def test_the_weighted_sum_of_squares_is_the_same_in_the_kernel_and_in_torch(
+    dtype: torch.dtype, weighted: bool
+) -> None:
+    # lloyd_update's inertia from the sums needs sum_i w_i ||x_i||^2 in float64.
+    X = (data() * 1e3 + 1e4).to(dtype)  # float32 squares of these round at 1e-8 * 1e8
+    w = weights(X.shape[0]).to(dtype) if weighted else None
+    expected = (X.double().square().sum(dim=1) * (1.0 if w is None else w.double())).sum()
+    found = {}
+    for path in ("kernel", "torch"):
+        ws = Workspace(X, w, 5, chunk_size=64)  # several blocks
+        if ws.kernel is None:
+            pytest.skip("the kernel did not build here")
+        if path == "torch":
+            ws.kernel = None
+        found[path] = ws._weighted_sum_sq()
+        assert found[path].dtype == torch.float64
+    torch.testing.assert_close(found["kernel"], expected, rtol=1e-14, atol=0.0)
+    torch.testing.assert_close(found["torch"], expected, rtol=1e-14, atol=0.0)
