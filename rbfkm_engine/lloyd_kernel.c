@@ -105,6 +105,13 @@
         *at = (V##_index){0};                                                                  \
     }                                                                                          \
                                                                                                \
+    /* The ROWS row pointers of the group from row i of X, rows of them real (a block's last  \
+     * group repeats its last row in the rest: its results are not written). */               \
+    static inline void row_group_##SUFFIX(const T *X, int64_t d, int64_t i, int rows,          \
+                                          const T *xs[ROWS]) {                                 \
+        for (int r = 0; r < ROWS; r++) xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;        \
+    }                                                                                          \
+                                                                                               \
     static inline V##_index iota_##SUFFIX(void) {                                              \
         V##_index idx = {0};                                                                   \
         for (int l = 0; l < LANES; l++) idx[l] = (I)l;                                         \
@@ -239,8 +246,7 @@
                     lab[r] = nearest_row_##SUFFIX(D + (i + r) * ldd, kp, &p[r], NULL);         \
             } else {                                                                           \
                 const T *xs[ROWS];                                                             \
-                for (int r = 0; r < ROWS; r++)                                                 \
-                    xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;                           \
+                row_group_##SUFFIX(X, d, i, rows, xs);                                         \
                 nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, next);                    \
             }                                                                                  \
             for (int r = 0; r < rows; r++) {                                                   \
@@ -849,7 +855,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
                 continue;                                                                      \
             }                                                                                  \
             const T *xs[ROWS];                                                                 \
-            for (int r = 0; r < ROWS; r++) xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;    \
+            row_group_##SUFFIX(X, d, i, rows, xs);                                             \
             soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part);                                 \
             for (int r = 0; r < rows; r++) soft_row_##SUFFIX(&s, i + r, part + r * kp);        \
         }                                                                                      \
@@ -910,8 +916,7 @@ SOFT_PASS(double, vdouble, 4, f64)
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
             if (!D) {                                                                          \
                 const T *xs[ROWS];                                                             \
-                for (int r = 0; r < ROWS; r++)                                                 \
-                    xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;                           \
+                row_group_##SUFFIX(X, d, i, rows, xs);                                         \
                 soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part);                             \
             }                                                                                  \
             for (int r = 0; r < rows; r++) {                                                   \

@@ -7,14 +7,17 @@ dispatch cost; on few features the sweeps, not the arithmetic, set the pace.
 ties, as ``argmin``), its squared distance and its share of the M-step sums, with the
 distances computed in registers when the rows have at most :data:`DIRECT_MAX_FEATURES`
 features, else read from the block's GEMM; on few features it also keeps Hamerly's
-bounds (:mod:`~rbfkm_engine.bounds`). A Lloyd iteration's M-step, from the pass's float64
-sums, is one call too (:meth:`LloydKernel.update`). The same library serves the
-annealing's soft passes: a whole block of an entmax15 pass, distances, responsibilities
-and sums, in one call (:meth:`LloydKernel.soft_block`) or, where a pass stays in torch,
-row minima with their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the
-soft rows (:func:`entmax15_rows`); and the local search's sweeps of Hartigan's method
-(:meth:`LloydKernel.hartigan_sweep`). The blocks still run on the fit's
-:class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the GIL during a call).
+bounds (:mod:`~rbfkm_engine.bounds`), or writes each row's second-nearest distance for the
+local search. A Lloyd iteration's M-step, from the pass's float64 sums, is one call too
+(:meth:`LloydKernel.update`), as is the sum of squares its inertia needs
+(:meth:`LloydKernel.weighted_sum_sq`). The same library serves the annealing's soft
+passes: a whole block of an entmax15 pass, distances, responsibilities and sums, in one
+call (:meth:`LloydKernel.soft_block`) or, where a pass stays in torch, row minima with
+their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the soft rows
+(:func:`entmax15_rows`); and the local search's batches and sweeps of Hartigan's method
+(:meth:`LloydKernel.hartigan_batch`, :meth:`LloydKernel.hartigan_sweep`). The blocks still
+run on the fit's :class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the GIL
+during a call).
 
 The library is built with the system's C compiler (``$CC``, else ``cc``) for the machine it
 runs on, once, into a per-user cache (``$RBFKM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rbfkm``

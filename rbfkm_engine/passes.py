@@ -175,6 +175,11 @@ class Workspace:
         """The block's sample weights (``None``: all 1)."""
         return None if self.w is None else self.w[rows]
 
+    def kernel_for(self, C: torch.Tensor) -> LloydKernel | None:
+        """The fused kernel where it can run a pass at the centres ``C`` (there is one,
+        and ``C`` is of the data's type), else ``None``."""
+        return self.kernel if self.kernel is not None and C.dtype == self.X.dtype else None
+
     def _rows(self, rows: slice, second: torch.Tensor | None = None) -> Rows:
         """The block as the kernel reads and writes it (with ``second``'s rows where
         the pass is to write each row's second-nearest squared distance)."""
@@ -294,8 +299,8 @@ class Workspace:
         them so, and on small data (:data:`KERNEL_ITERATION_MAX_WORK`), else the block's
         GEMM. Softmax passes stay in torch: their dense map and M-step are vector and GEMM
         work, which torch's ops do faster than a loop over rows."""
-        kernel, d, k = self.kernel, self.X.shape[1], C.shape[0]
-        if kernel is None or C.dtype != self.X.dtype or soft.sigma < torch.finfo(C.dtype).tiny:
+        kernel, d, k = self.kernel_for(C), self.X.shape[1], C.shape[0]
+        if kernel is None or soft.sigma < torch.finfo(C.dtype).tiny:
             return None
         width = row_reduction_width(k, C.device)
         direct = kernel.direct(d) or self._small(k)
@@ -543,21 +548,21 @@ class Workspace:
         """``sum_i w_i ||x_i||^2`` in float64 (a float64 tensor), made once per fit: by
         the kernel block by block where it runs (no copy), else by parts of at most
         :data:`SUM_SQ_BYTES` in float64 (a few small ops each)."""
-        if self._sum_sq is None:
+        if self._sum_sq is not None:
+            return self._sum_sq
+        total = torch.zeros((), dtype=torch.float64, device=self.X.device)
+        if self.kernel is not None:
+            for rows in self.chunks():
+                total += self.kernel.weighted_sum_sq(self.X[rows], self.weights(rows))
+        else:
             n, d = self.X.shape
-            total = torch.zeros((), dtype=torch.float64, device=self.X.device)
-            if self.kernel is not None:
-                for rows in self.chunks():
-                    total += self.kernel.weighted_sum_sq(self.X[rows], self.weights(rows))
-                self._sum_sq = total
-                return total
             part = min(self.chunk_size, max(1, SUM_SQ_BYTES // (8 * max(d, 1))))
             for rows in iter_chunks(n, part):
                 self.check()
                 squares = self.X[rows].double().square().sum(dim=1)  # X may be float64
                 total += weighted_sum(squares, self.weights(rows))
-            self._sum_sq = total
-        return self._sum_sq
+        self._sum_sq = total
+        return total
 
     def _whole_hard_pass(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor, incremental: bool
@@ -617,8 +622,8 @@ class Workspace:
         pass's does (the rows' float32 distances carry more rounding than a tight fit's
         inertia can bear, and the local search compares inertias to within
         :data:`~rbfkm_engine.swaps.SWAP_MIN_GAIN`)."""
-        kernel, n, k = self.kernel, self.X.shape[0], C.shape[0]
-        if kernel is None or self.sphere or self.reducer.active or C.dtype != self.X.dtype:
+        kernel, n, k = self.kernel_for(C), self.X.shape[0], C.shape[0]
+        if kernel is None or self.sphere or self.reducer.active:
             return None
         width = row_reduction_width(k, C.device)
         small = self._small(k)
@@ -697,7 +702,7 @@ class Workspace:
         of the block costs several)."""
         self._forget_lloyd_state()
         second = torch.empty_like(self.min_dist)
-        if self.kernel is not None and C.dtype == self.X.dtype:
+        if self.kernel_for(C) is not None:
             inertia = self._fused_pass(C, LABEL, None, None, second=second)
             return second, self._summed(inertia)
         c_sq = squared_norms(C).unsqueeze(0)

@@ -134,8 +134,8 @@ def _kernel_batch(
     """:func:`hartigan_moves`' block by the kernel (one sweep of each row's distances,
     direct or from the block's GEMM); ``None`` where it does not run (no kernel, means of
     another type than the data)."""
-    kernel = ws.kernel
-    if kernel is None or means.dtype != ws.X.dtype:
+    kernel = ws.kernel_for(means)
+    if kernel is None:
         return None
     k = means.shape[0]
     width = row_reduction_width(k, means.device)
