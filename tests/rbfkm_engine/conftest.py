@@ -127,6 +127,19 @@ def blob_tensor(
     return torch.from_numpy(np.concatenate(parts))
 
 
+def workspace_on(
+    path: str, X: torch.Tensor, w: torch.Tensor | None, k: int, chunk_size: int
+) -> Workspace:
+    """A workspace whose passes run on ``path``: ``"kernel"`` (the test is skipped where
+    the kernel did not build) or ``"torch"`` (the kernel switched off)."""
+    ws = Workspace(X, w, k, chunk_size=chunk_size)
+    if path == "kernel" and ws.kernel is None:
+        pytest.skip("the kernel did not build here")
+    if path == "torch":
+        ws.kernel = None
+    return ws
+
+
 def make_context(
     X: torch.Tensor,
     k: int,

@@ -17,7 +17,7 @@ from rbfkm_engine import RBFKMeans, native, passes
 from rbfkm_engine.passes import ROW_REDUCTION_WIDTH, Workspace, row_reduction_width
 from rbfkm_engine.progress import FitInterrupted, IterationStats
 
-from .conftest import blob_tensor
+from .conftest import blob_tensor, workspace_on
 
 needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler"
@@ -199,11 +199,7 @@ def test_a_soft_pass_equals_the_dense_reference(
     X = data()
     w = weights(X.shape[0]) if weighted else None
     C = X[[0, 80, 160, 240, 320]] + 0.5
-    ws = Workspace(X, w, 5, chunk_size=64)
-    if in_kernel and ws.kernel is None:
-        pytest.skip("the kernel did not build here")
-    if not in_kernel:
-        ws.kernel = None
+    ws = workspace_on("kernel" if in_kernel else "torch", X, w, 5, chunk_size=64)
     num, den, stats = ws.step(C, sigma, assignment, need_spread=need_spread)
     expected = reference(X, C, w, sigma, assignment)
     torch.testing.assert_close(num, expected["num"], rtol=1e-10, atol=1e-10)
@@ -365,11 +361,7 @@ def test_snapshot_and_restore() -> None:
 def test_two_nearest(path: str, d: int, dtype: torch.dtype) -> None:
     X = data()
     X = torch.cat([X, torch.sin(X @ torch.ones(3, d - 3, dtype=X.dtype))], dim=1).to(dtype)
-    ws = Workspace(X, weights(X.shape[0]).to(dtype), 5, chunk_size=64)
-    if path == "kernel" and ws.kernel is None:
-        pytest.skip("the kernel did not build here")
-    if path == "torch":
-        ws.kernel = None
+    ws = workspace_on(path, X, weights(X.shape[0]).to(dtype), 5, chunk_size=64)
     C = X[[0, 80, 160, 240, 320, 80, 7, 9, 11, 13, 15]]  # centre 5 is centre 1's twin
     second, inertia = ws.two_nearest(C)
     D = torch.cdist(X.double(), C.double()) ** 2
@@ -560,11 +552,7 @@ def test_the_weighted_sum_of_squares_is_the_same_in_the_kernel_and_in_torch(
     expected = (X.double().square().sum(dim=1) * (1.0 if w is None else w.double())).sum()
     found = {}
     for path in ("kernel", "torch"):
-        ws = Workspace(X, w, 5, chunk_size=64)  # several blocks
-        if ws.kernel is None:
-            pytest.skip("the kernel did not build here")
-        if path == "torch":
-            ws.kernel = None
+        ws = workspace_on(path, X, w, 5, chunk_size=64)  # several blocks
         found[path] = ws._weighted_sum_sq()
         assert found[path].dtype == torch.float64
     torch.testing.assert_close(found["kernel"], expected, rtol=1e-14, atol=0.0)
