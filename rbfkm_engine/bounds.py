@@ -89,8 +89,10 @@ class Bounds:
         self.centres = None
         self.stale = False
 
-    def drift(self, C: torch.Tensor) -> Drift:
-        """How ``C`` moved from the last pass's centres; ``C`` becomes those centres."""
+    def drift(self, C: torch.Tensor, nearest_gap: torch.Tensor | None = None) -> Drift:
+        """How ``C`` moved from the last pass's centres; ``C`` becomes those centres.
+        ``nearest_gap``: each centre's distance to its nearest other, where the caller
+        has it (else computed here)."""
         assert self.centres is not None
         own = (C - self.centres).square_().sum(dim=1).sqrt_()
         self.centres = C.clone()
@@ -99,7 +101,8 @@ class Bounds:
             top, where = torch.topk(own, 2)
             others.fill_(float(top[0]))
             others[where[0]] = top[1]
-        return Drift(own, others, half_gaps(C).sub_(self.margin))
+        half_gap = half_gaps(C) if nearest_gap is None else nearest_gap.mul(0.5)
+        return Drift(own, others, half_gap.sub_(self.margin))
 
     def fill_distances(
         self,

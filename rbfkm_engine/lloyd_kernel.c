@@ -343,31 +343,249 @@
         return u <= limit;                                                                     \
     }                                                                                          \
                                                                                                \
-    /* Label the rows (up to ROWS of them, indices at) whose bounds failed: min_dist, the      \
-     * bounds from the nearest and second-nearest, the labels and the sums. */                 \
-    static inline void relabel_##SUFFIX(const T *restrict X, int64_t d,                        \
-                                        const T *restrict x_sq, const T *restrict CT,          \
-                                        const T *restrict c_sq, int64_t kp,                    \
-                                        const T *restrict w, int64_t *restrict labels,         \
-                                        T *restrict min_dist, T *restrict upper,               \
-                                        T *restrict lower, T margin, double *restrict num,     \
-                                        double *restrict den, int start, const int64_t *at,    \
-                                        int rows) {                                            \
+    /* What a bounded pass's helpers share: the block's rows, the centres, the per-row         \
+     * state they write (labels, min_dist, the bounds) and the sums. */                        \
+    struct bounded_##SUFFIX {                                                                  \
+        const T *X, *x_sq, *CT, *c_sq, *w;                                                     \
+        int64_t d, kp;                                                                         \
+        int64_t *labels;                                                                       \
+        T *min_dist, *upper, *lower;                                                           \
+        T margin;                                                                              \
+        double *num, *den;                                                                     \
+    };                                                                                         \
+                                                                                               \
+    /* Row i labelled lab (partial distance p), its distance to any other at least `other`:    \
+     * min_dist, the bounds, the label and the sums (mode as finish_row's). */                 \
+    static inline void bound_row_##SUFFIX(const struct bounded_##SUFFIX *b, int mode,          \
+                                          int64_t i, int64_t lab, T p, T other) {              \
+        double unused = 0.0; /* the bounded pass takes its inertia elsewhere */                \
+        finish_row_##SUFFIX(b->X, b->d, b->x_sq, b->w, b->labels, b->min_dist, b->num, b->den, \
+                            mode, i, lab, p, &unused);                                         \
+        b->upper[i] = (T)sqrt((double)b->min_dist[i]) + 2 * b->margin;                         \
+        b->lower[i] = other - b->margin;                                                       \
+    }                                                                                          \
+                                                                                               \
+    /* Label the rows (up to ROWS of them, indices at) whose bounds failed against every       \
+     * centre: min_dist, the bounds from the nearest and second-nearest, the labels and the    \
+     * sums. */                                                                                \
+    static inline void relabel_##SUFFIX(const struct bounded_##SUFFIX *b, int start,           \
+                                        const int64_t *at, int rows) {                         \
         const T *xs[ROWS];                                                                     \
         int64_t lab[ROWS];                                                                     \
         T p[ROWS], p2[ROWS];                                                                   \
-        for (int r = 0; r < ROWS; r++) xs[r] = X + at[r < rows ? r : rows - 1] * d;            \
-        nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, p2);                              \
-        double unused = 0.0; /* the bounded pass takes its inertia elsewhere */                \
+        for (int r = 0; r < ROWS; r++) xs[r] = b->X + at[r < rows ? r : rows - 1] * b->d;      \
+        nearest_direct_##SUFFIX(xs, b->d, b->CT, b->c_sq, b->kp, lab, p, p2);                  \
         for (int r = 0; r < rows; r++) {                                                       \
             const int64_t i = at[r];                                                           \
-            finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, start ? 0 : 1, i,   \
-                                lab[r], p[r], &unused);                                        \
-            T dist2 = p2[r] + x_sq[i];                                                         \
+            T dist2 = p2[r] + b->x_sq[i];                                                      \
             dist2 = dist2 < (T)0 ? (T)0 : dist2;                                               \
-            upper[i] = (T)sqrt((double)min_dist[i]) + 2 * margin;                              \
-            lower[i] = (T)sqrt((double)dist2) - margin;                                        \
+            bound_row_##SUFFIX(b, start ? 0 : 1, i, lab[r], p[r], (T)sqrt((double)dist2));     \
         }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* Whether any lane of a mask is set. */                                                   \
+    static inline int any_##SUFFIX(V##_index mask) {                                           \
+        I any = 0;                                                                             \
+        for (int l = 0; l < LANES; l++) any |= mask[l];                                        \
+        return any != 0;                                                                       \
+    }                                                                                          \
+                                                                                               \
+    /* The largest squared distance from centre a to the centres of its hint (as               \
+     * fill_list computes them): at least width others lie within it. */                       \
+    static inline T hint_limit_##SUFFIX(const T *restrict CT, int64_t kp, int64_t d,           \
+                                        int64_t a, const int32_t *restrict hint,               \
+                                        int64_t width) {                                       \
+        T limit = 0;                                                                           \
+        for (int64_t r = 0; r < width; r++) {                                                  \
+            if (hint[r] < 0 || hint[r] == a) return (T)INFINITY;                               \
+            T s = 0;                                                                           \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                const T diff = (CT[t * kp + hint[r]] - CT[t * kp + a]) * (T)0.5;               \
+                s += diff * diff;                                                              \
+            }                                                                                  \
+            limit = s > limit ? s : limit;                                                     \
+        }                                                                                      \
+        return limit;                                                                          \
+    }                                                                                          \
+                                                                                               \
+    /* Squared distances from centre a to the LANES centres from column j of CT. */            \
+    static inline V gaps_from_##SUFFIX(const T *restrict CT, int64_t kp, int64_t d, int64_t a, \
+                                       int64_t j) {                                            \
+        V s = {0};                                                                             \
+        for (int64_t t = 0; t < d; t++) {                                                      \
+            V ct;                                                                              \
+            memcpy(&ct, CT + t * kp + j, sizeof ct);                                           \
+            const V diff = (ct - CT[t * kp + a]) * (T)0.5;                                     \
+            s += diff * diff;                                                                  \
+        }                                                                                      \
+        return s;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    /* Centre a's list (o, g: squared gaps) of its `width` nearest others among those within   \
+     * start (squared) of it, by insertion, GROUPS x LANES columns at a time checked against   \
+     * the list's last at once; returns how many it holds. */                                  \
+    static inline int64_t fill_list_##SUFFIX(const T *restrict CT, int64_t kp, int64_t k,      \
+                                             int64_t d, int64_t width, int64_t a, T start,     \
+                                             int32_t *restrict o, T *restrict g) {             \
+        int64_t held = 0;                                                                      \
+        T limit = start; /* a gap kept must be at most this (then below, once full) */         \
+        for (int64_t j = 0; j < kp; j += GROUPS * LANES) {                                     \
+            V s[GROUPS];                                                                       \
+            V##_index near = {0};                                                              \
+            const int G = j + GROUPS * LANES <= kp ? GROUPS : 1;                               \
+            for (int q = 0; q < G; q++) {                                                      \
+                s[q] = gaps_from_##SUFFIX(CT, kp, d, a, j + q * LANES);                        \
+                near |= s[q] <= limit;                                                         \
+            }                                                                                  \
+            if (!any_##SUFFIX(near)) continue;                                                 \
+            for (int64_t c = j; c < j + G * LANES; c++) {                                      \
+                const T v = s[(c - j) / LANES][(c - j) % LANES];                               \
+                if (c >= k || c == a || !(held < width ? v <= limit : v < limit)) continue;    \
+                int64_t r = held < width ? held++ : width - 1;                                 \
+                for (; r > 0 && g[r - 1] > v; r--) {                                           \
+                    g[r] = g[r - 1];                                                           \
+                    o[r] = o[r - 1];                                                           \
+                }                                                                              \
+                g[r] = v;                                                                      \
+                o[r] = (int32_t)c;                                                             \
+                if (held == width) limit = g[width - 1];                                       \
+            }                                                                                  \
+        }                                                                                      \
+        return held;                                                                           \
+    }                                                                                          \
+                                                                                               \
+    /* The `width` nearest other centres of each centre a in [from, to), nearest first (ties:  \
+     * lower index first), by direct differences (no cancellation: the gaps between close      \
+     * centres are small beside their norms): order (k x width, -1 where fewer than width      \
+     * others exist), gap (k x width, the distances, +inf past the others) and, for the        \
+     * rows' scans, nb (k x (d + 1) x width): each list's c_sq, then its columns of CT, so     \
+     * that LANES partial distances of a list are d + 1 vector loads. width: a multiple of     \
+     * LANES. hint (k x width, or NULL): any width others of each centre (the last lists):     \
+     * the farthest of them bounds the list's last gap, so few others are inserted. */         \
+    void centre_neighbours_##SUFFIX(const T *restrict CT, const T *restrict c_sq, int64_t kp,  \
+                                    int64_t k, int64_t d, int64_t width, int64_t from,         \
+                                    int64_t to, const int32_t *restrict hint,                  \
+                                    int32_t *restrict order, T *restrict gap,                  \
+                                    T *restrict nb) {                                          \
+        for (int64_t a = from; a < to; a++) {                                                  \
+            int32_t *o = order + a * width;                                                    \
+            T *g = gap + a * width;                                                            \
+            T start = (T)INFINITY;                                                             \
+            if (hint && k > width)                                                             \
+                start = hint_limit_##SUFFIX(CT, kp, d, a, hint + a * width, width);            \
+            int64_t held = fill_list_##SUFFIX(CT, kp, k, d, width, a, start, o, g);            \
+            if (held < width && start < (T)INFINITY) /* rounding left a hinted centre out */   \
+                held = fill_list_##SUFFIX(CT, kp, k, d, width, a, (T)INFINITY, o, g);          \
+            T *list = nb + a * (d + 1) * width;                                                \
+            for (int64_t r = 0; r < width; r++) {                                              \
+                const int real = r < held;                                                     \
+                g[r] = real ? (T)sqrt((double)g[r]) : (T)INFINITY;                             \
+                o[r] = real ? o[r] : -1;                                                       \
+                list[r] = real ? c_sq[o[r]] : (T)INFINITY;                                     \
+                for (int64_t t = 0; t < d; t++)                                                \
+                    list[(1 + t) * width + r] = real ? CT[t * kp + o[r]] : (T)0;               \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* The second smallest of own and the lanes' best and next (each lane's two smallest). */  \
+    static inline T second_so_far_##SUFFIX(V best, V next, T own) {                            \
+        T first = own, second = (T)INFINITY;                                                   \
+        for (int l = 0; l < LANES; l++) {                                                      \
+            const T b = best[l], bigger = b < first ? first : b;                               \
+            second = bigger < second ? bigger : second;                                        \
+            second = next[l] < second ? next[l] : second;                                      \
+            first = b < first ? b : first;                                                     \
+        }                                                                                      \
+        return second;                                                                         \
+    }                                                                                          \
+                                                                                               \
+    /* Row x's nearest centre from its old one a's neighbour list (centre_neighbours), where   \
+     * the triangle inequality decides it: u bounds ||x - c_a|| from above, so a centre j at   \
+     * gap g_j from c_a is at least g_j - u from x, and the scan stops once that reaches the   \
+     * second smallest distance found. LANES candidates at a time, each lane keeping its two   \
+     * smallest (ties: the lower index). Writes lab, its partial distance p and a lower bound  \
+     * on the distance to every other centre, and adds the candidates computed to *scanned;    \
+     * returns 0 (lab, p, lower not written) when the list ends before it decides the          \
+     * nearest. The gaps are lowered by the margin. */                                         \
+    static inline int neighbour_scan_##SUFFIX(const T *restrict x, int64_t d, T x_sq,          \
+                                              const T *restrict CT, const T *restrict c_sq,    \
+                                              int64_t kp, int64_t a, T u, T margin,            \
+                                              const T *restrict list,                          \
+                                              const int32_t *restrict order,                   \
+                                              const T *restrict gap, int64_t width,            \
+                                              int64_t *lab, T *p, T *lower,                    \
+                                              int64_t *scanned) {                              \
+        T own = c_sq[a];                                                                       \
+        for (int64_t t = 0; t < d; t++) own += x[t] * CT[t * kp + a];                          \
+        V best = (V){0} + (T)INFINITY, next = best;                                            \
+        V##_index at = (V##_index){0} - 1; /* padding (-1, +inf) never takes a lane */         \
+        int decided = 0;                                                                       \
+        int64_t r = 0;                                                                         \
+        for (; r < width; r += LANES) {                                                        \
+            const T reach = gap[r] - margin - u;                                               \
+            if (r > 0 && reach > 0 &&                                                          \
+                reach * reach >= second_so_far_##SUFFIX(best, next, own) + x_sq) {             \
+                decided = 1;                                                                   \
+                break;                                                                         \
+            }                                                                                  \
+            V s;                                                                               \
+            V##_index idx;                                                                     \
+            memcpy(&s, list + r, sizeof s);                                                    \
+            for (int l = 0; l < LANES; l++) idx[l] = (I)order[r + l];                          \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                V ct;                                                                          \
+                memcpy(&ct, list + (1 + t) * width + r, sizeof ct);                            \
+                s += x[t] * ct;                                                                \
+            }                                                                                  \
+            const V##_index lower_idx = (s < best) | ((s == best) & (idx < at));               \
+            const V bigger = select_##SUFFIX(lower_idx, best, s);                              \
+            next = select_##SUFFIX(bigger < next, bigger, next);                               \
+            best = select_##SUFFIX(lower_idx, s, best);                                        \
+            at = (idx & lower_idx) | (at & ~lower_idx);                                        \
+        }                                                                                      \
+        *scanned += r;                                                                         \
+        T b;                                                                                   \
+        int64_t j = reduce_##SUFFIX(best, at, &b);                                             \
+        T second = second_of_##SUFFIX(best, at, next, j);                                      \
+        if (own < b || (own == b && a < j)) { /* the old centre is still the nearest */        \
+            second = b < second ? b : second;                                                  \
+            b = own;                                                                           \
+            j = a;                                                                             \
+        } else {                                                                               \
+            second = own < second ? own : second;                                              \
+        }                                                                                      \
+        T second_dist = second + x_sq;                                                         \
+        second_dist = (T)sqrt((double)(second_dist < (T)0 ? (T)0 : second_dist));              \
+        if (!decided) { /* past the list: at least tail from x */                              \
+            const T tail = gap[width - 1] - margin - u;                                        \
+            if (!(tail > 0 && tail * tail >= b + x_sq)) return 0;                              \
+            second_dist = tail < second_dist ? tail : second_dist;                             \
+        }                                                                                      \
+        *lab = j;                                                                              \
+        *p = b;                                                                                \
+        *lower = second_dist - margin;                                                         \
+        return 1;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    /* Row i labelled from its old centre's neighbour list (neighbour_scan: nb, order, gap,    \
+     * width), its bounds and the sums as relabel's; returns 0 (nothing written) where the     \
+     * list does not decide. */                                                                \
+    static inline int by_neighbours_##SUFFIX(const struct bounded_##SUFFIX *b,                 \
+                                             const T *restrict nb,                             \
+                                             const int32_t *restrict order,                    \
+                                             const T *restrict gap, int64_t width, int64_t i,  \
+                                             int64_t *scanned) {                               \
+        const int64_t a = b->labels[i], d = b->d;                                              \
+        int64_t lab;                                                                           \
+        T p, other;                                                                            \
+        if (!neighbour_scan_##SUFFIX(b->X + i * d, d, b->x_sq[i], b->CT, b->c_sq, b->kp, a,    \
+                                     b->upper[i], b->margin, nb + a * (d + 1) * width,         \
+                                     order + a * width, gap + a * width, width, &lab, &p,      \
+                                     &other, scanned))                                         \
+            return 0;                                                                          \
+        bound_row_##SUFFIX(b, 1, i, lab, p, other);                                            \
+        return 1;                                                                              \
     }                                                                                          \
                                                                                                \
     /* A Lloyd pass over a block with Hamerly's bounds (direct distances only). upper: a       \
@@ -377,8 +595,10 @@
      * far each centre moved; others: the farthest any other did; half_gap: half the           \
      * distance to the nearest other centre, less the margin), and only the rows whose         \
      * bounds fail are labelled again (their min_dist set) and, if their label changed,        \
-     * moved between the sums, ROWS at a time in the rows' order. Returns the rows             \
-     * labelled again. */                                                                      \
+     * moved between the sums: from their old centre's neighbour list where nb is not NULL     \
+     * and it decides (centre_neighbours: nb, order, gap, width; counts, if not NULL, gets     \
+     * how many rows the lists decided and the candidates they computed), else against         \
+     * every centre, ROWS at a time in the rows' order. Returns the rows labelled again. */    \
     int64_t lloyd_bounded_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                  \
                                    const T *restrict x_sq, const T *restrict CT,               \
                                    const T *restrict c_sq, int64_t kp, const T *restrict w,    \
@@ -386,23 +606,36 @@
                                    T *restrict upper, T *restrict lower,                       \
                                    const T *restrict own, const T *restrict others,            \
                                    const T *restrict half_gap, T margin,                       \
+                                   const T *restrict nb, const int32_t *restrict order,        \
+                                   const T *restrict gap, int64_t width, int64_t *counts,      \
                                    double *restrict num, double *restrict den, int start) {    \
-        int64_t relabelled = 0, pending[ROWS];                                                 \
+        const struct bounded_##SUFFIX b = {.X = X, .x_sq = x_sq, .CT = CT, .c_sq = c_sq,       \
+                                           .w = w, .d = d, .kp = kp, .labels = labels,         \
+                                           .min_dist = min_dist, .upper = upper,               \
+                                           .lower = lower, .margin = margin, .num = num,       \
+                                           .den = den};                                        \
+        int64_t relabelled = 0, by_lists = 0, scanned = 0, pending[ROWS];                      \
         int waiting = 0;                                                                       \
         for (int64_t i = 0; i < m; i++) {                                                      \
             if (!start && bounds_hold_##SUFFIX(X + i * d, d, CT, kp, labels[i], upper + i,     \
                                                lower + i, own, others, half_gap, margin))      \
                 continue;                                                                      \
             relabelled++;                                                                      \
+            if (!start && nb &&                                                                \
+                by_neighbours_##SUFFIX(&b, nb, order, gap, width, i, &scanned)) {              \
+                by_lists++;                                                                    \
+                continue;                                                                      \
+            }                                                                                  \
             pending[waiting++] = i;                                                            \
             if (waiting < ROWS) continue;                                                      \
-            relabel_##SUFFIX(X, d, x_sq, CT, c_sq, kp, w, labels, min_dist, upper, lower,      \
-                             margin, num, den, start, pending, waiting);                       \
+            relabel_##SUFFIX(&b, start, pending, waiting);                                     \
             waiting = 0;                                                                       \
         }                                                                                      \
-        if (waiting)                                                                           \
-            relabel_##SUFFIX(X, d, x_sq, CT, c_sq, kp, w, labels, min_dist, upper, lower,      \
-                             margin, num, den, start, pending, waiting);                       \
+        if (waiting) relabel_##SUFFIX(&b, start, pending, waiting);                            \
+        if (counts) {                                                                          \
+            counts[0] = by_lists;                                                              \
+            counts[1] = scanned;                                                               \
+        }                                                                                      \
         return relabelled;                                                                     \
     }                                                                                          \
                                                                                                \

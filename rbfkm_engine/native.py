@@ -171,8 +171,11 @@ def library() -> ctypes.CDLL | None:
                 fn.argtypes = [_P, _I, _I, _I, _P, _SCALAR[dtype], _P, _P, _P, _P]
                 fn = getattr(lib, f"lloyd_bounded_{suffix}")
                 fn.restype = ctypes.c_int64
-                fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 8, _SCALAR[dtype], _P, _P]
-                fn.argtypes.append(ctypes.c_int)
+                fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 8, _SCALAR[dtype]]
+                fn.argtypes += [_P, _P, _P, _I, _P, _P, _P, ctypes.c_int]
+                fn = getattr(lib, f"centre_neighbours_{suffix}")
+                fn.restype = None
+                fn.argtypes = [_P, _P, *[_I] * 6, _P, _P, _P, _P]
                 fn = getattr(lib, f"lloyd_update_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _P, _P, _I, _I, ctypes.c_double, ctypes.c_double, _P, _P, _P]
@@ -208,6 +211,31 @@ class Centres:
     c_sq: torch.Tensor
     CT: torch.Tensor | None
     width: int
+
+
+@dataclass
+class Neighbours:
+    """Each centre's ``width`` nearest other centres as a bounded pass reads them
+    (``centre_neighbours`` in the kernel): ``order`` (``k x width``, int32, nearest first,
+    -1 past the others), ``gap`` (``k x width``, their distances, ``+inf`` past the others)
+    and ``lists`` (``k x (d + 1) x width``: each list's ``c_sq``, then its columns of
+    ``CT``), so that a row's scan of its old centre's list reads vectors."""
+
+    order: torch.Tensor
+    gap: torch.Tensor
+    lists: torch.Tensor
+
+    @classmethod
+    def empty(cls, k: int, d: int, width: int, dtype: torch.dtype) -> Neighbours:
+        return cls(
+            torch.empty((k, width), dtype=torch.int32),
+            torch.empty((k, width), dtype=dtype),
+            torch.empty((k, d + 1, width), dtype=dtype),
+        )
+
+    @property
+    def width(self) -> int:
+        return self.order.shape[1]
 
 
 @dataclass
@@ -305,6 +333,7 @@ class LloydKernel:
     def __init__(self, lib: ctypes.CDLL, dtype: torch.dtype) -> None:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
+        self._neighbours = getattr(lib, f"centre_neighbours_{_SUFFIX[dtype]}")
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._sum_sq = getattr(lib, f"weighted_sum_sq_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
@@ -428,15 +457,21 @@ class LloydKernel:
         margin: float,
         num: torch.Tensor,
         den: torch.Tensor,
-    ) -> int:
+        neighbours: Neighbours | None = None,
+    ) -> tuple[int, int, int]:
         """One block of a pass with Hamerly's bounds (direct distances only; see
         :mod:`~rbfkm_engine.bounds`): with ``drift`` ``None`` every row is labelled, its
         bounds ``(upper, lower)`` set and its weight added to the float64 sums; with a
         ``drift`` only the rows whose moved bounds fail are labelled again (their
-        ``min_dist`` written) and moved between the sums. Returns the rows labelled."""
+        ``min_dist`` written) and moved between the sums, from their old centre's
+        ``neighbours`` where those decide the nearest, else against every centre.
+        Returns the rows labelled, how many of them the lists decided, and the
+        candidates those computed."""
         assert centres.CT is not None
         m, d = rows.X.shape
-        return self._bounded(
+        nb = neighbours if drift is not None else None
+        counts = (ctypes.c_int64 * 2)()
+        relabelled = self._bounded(
             rows.X.data_ptr(),
             m,
             d,
@@ -453,9 +488,44 @@ class LloydKernel:
             None if drift is None else drift.others.data_ptr(),
             None if drift is None else drift.half_gap.data_ptr(),
             margin,
+            None if nb is None else nb.lists.data_ptr(),
+            None if nb is None else nb.order.data_ptr(),
+            None if nb is None else nb.gap.data_ptr(),
+            0 if nb is None else nb.width,
+            counts,
             num.data_ptr(),
             den.data_ptr(),
             1 if drift is None else 0,
+        )
+        return int(relabelled), counts[0], counts[1]
+
+    def neighbours(
+        self,
+        centres: Centres,
+        k: int,
+        into: Neighbours,
+        span: slice,
+        hint: torch.Tensor | None = None,
+    ) -> None:
+        """The neighbour lists of the centres ``span`` (of ``k``, laid out for direct
+        distances) into ``into``; spans may be filled on different threads. ``hint``:
+        any ``into.width`` other centres of each (the last lists' ``order``), which
+        make the lists cheaper, not different."""
+        assert centres.CT is not None
+        start, stop, _ = span.indices(k)
+        self._neighbours(
+            centres.CT.data_ptr(),
+            centres.c_sq.data_ptr(),
+            centres.width,
+            k,
+            centres.CT.shape[0],
+            into.width,
+            start,
+            stop,
+            None if hint is None else hint.data_ptr(),
+            into.order.data_ptr(),
+            into.gap.data_ptr(),
+            into.lists.data_ptr(),
         )
 
     def weighted_sum_sq(self, X: torch.Tensor, w: torch.Tensor | None) -> float:

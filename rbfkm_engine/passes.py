@@ -17,6 +17,7 @@ writes labels any other way, so they always belong to the labels they sit next t
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -29,7 +30,18 @@ from .blocks import iter_chunks
 from .bounds import Bounds
 from .distances import squared_distances, squared_norms
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
-from .native import ADD, LABEL, MOVE, Centres, LloydKernel, Rows, SoftMap, SoftParts, lloyd_kernel
+from .native import (
+    ADD,
+    LABEL,
+    MOVE,
+    Centres,
+    LloydKernel,
+    Neighbours,
+    Rows,
+    SoftMap,
+    SoftParts,
+    lloyd_kernel,
+)
 from .nearest import nearest
 from .parallel import BlockPool
 from .progress import Interrupt, IterationStats, interrupter
@@ -37,6 +49,9 @@ from .reducer import LOCAL, Reducer
 from .reseed import farthest_first
 
 T = TypeVar("T")
+#: A block's share of a bounded pass: its sums, its inertia (cold passes) and the
+#: kernel's counts (rows relabelled, decided by neighbour lists, candidates scanned).
+_BoundedPart = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple[int, int, int]]
 
 #: Lloyd's distance blocks are padded to a multiple of this many columns on the CPU.
 ROW_REDUCTION_WIDTH = 16
@@ -52,6 +67,67 @@ EMPTY_WEIGHT_FRACTION = 1e-12
 #: stays this small: the sum is made once per fit, and a fit under a memory cap (a mapped
 #: file, docs/distributed.md) has no room for a whole block's float64 copy.
 SUM_SQ_BYTES = 1 << 20
+#: A bounded Lloyd pass at this many centres or more relabels a row whose bounds fail
+#: from its old centre's ``NEIGHBOUR_WIDTH`` nearest centres where the triangle
+#: inequality lets it (:class:`~rbfkm_engine.native.Neighbours`), not from all ``k``:
+#: below, a scan of every centre costs little more than the lists (benchmarks/README.md,
+#: "Lloyd at large k").
+NEIGHBOUR_MIN_K = 128
+NEIGHBOUR_WIDTH = 32
+#: What a relabelled row's scan of a list costs beyond its candidates, in candidates;
+#: and the cut in candidates per relabelled row for which the lists are kept (see
+#: :class:`NeighbourUse`; crossover measured on 3 to 32 features, benchmarks/README.md).
+NEIGHBOUR_ROW_COST = 16
+NEIGHBOUR_MIN_GAIN = 4
+#: Passes without lists after a pass where they did not pay (doubling each time).
+NEIGHBOUR_PAUSE = 8
+#: Rows a block of a warm bounded pass takes (:meth:`Workspace._bounded_pass`).
+BOUNDED_BLOCK_ROWS = 1 << 15
+#: Centres whose neighbour lists one task of the pool makes.
+NEIGHBOUR_SPAN = 256
+
+
+class NeighbourUse:
+    """Whether warm bounded passes make neighbour lists, from what the last lists did.
+
+    Without lists a relabelled row computes its distance to all ``k`` centres. With them
+    it computes those its old centre's list holds up to the point the triangle inequality
+    decides (all ``k`` where it does not), plus a fixed cost of :data:`NEIGHBOUR_ROW_COST`
+    candidates (its own centre, the reductions, its bounds), and the pass makes the lists
+    (``k`` candidates per centre, shared by the relabelled rows). The lists are kept while
+    they cut the candidates per relabelled row by :data:`NEIGHBOUR_MIN_GAIN` or more:
+    on low-dimensional data with many centres a row is decided by a dozen candidates; in
+    more dimensions, or when few rows move, a scan of every centre costs less. After a
+    pass where they did not pay, the next :data:`NEIGHBOUR_PAUSE` passes go without
+    them (twice as many after each further such pass), then they are tried again. The
+    choice depends on counts, not on timings, so a fit's passes are the same from run to
+    run; and it changes the speed, not the labels.
+    """
+
+    def __init__(self) -> None:
+        self._skip = 0
+        self._pause = NEIGHBOUR_PAUSE
+
+    def wanted(self) -> bool:
+        """Whether the next warm bounded pass makes lists."""
+        if self._skip > 0:
+            self._skip -= 1
+            return False
+        return True
+
+    def record(self, k: int, relabelled: int, decided: int, scanned: int) -> None:
+        """A pass with lists at ``k`` centres: ``relabelled`` rows, ``decided`` of them by
+        the lists, which computed ``scanned`` candidates."""
+        if relabelled == 0:
+            cost = math.inf
+        else:
+            candidates = scanned + (relabelled - decided) * k + k * k
+            cost = candidates / relabelled + NEIGHBOUR_ROW_COST
+        if k >= NEIGHBOUR_MIN_GAIN * cost:
+            self._pause = NEIGHBOUR_PAUSE
+            return
+        self._skip = self._pause
+        self._pause *= 2
 
 
 class Workspace:
@@ -117,6 +193,9 @@ class Workspace:
         # first), which hold while ``_hard_sums`` does; and ``sum_i w_i ||x_i||^2`` in
         # float64, from which a pass that skipped rows has its inertia.
         self._bounds: Bounds | None = None
+        # The last neighbour lists' order (:meth:`_neighbours`): the next lists' hint.
+        self._neighbour_hint: torch.Tensor | None = None
+        self._neighbour_use = NeighbourUse()
         self._sum_sq: torch.Tensor | None = None
         # Per thread: the distance block and the argmin keys' block, reused by every pass
         # (see ``_reused_block``), and the layout whose padding the distance block holds
@@ -151,17 +230,18 @@ class Workspace:
             self.check()
             yield rows
 
-    def map_blocks(self, fn: Callable[[slice], T]) -> Iterator[T]:
-        """``fn`` of every row block, yielded in block order, spread over the pool's
-        threads (a few blocks ahead); the fit's ``check`` is called before each. ``fn``
-        may write its own rows of the per-row state (``labels``, ``min_dist``) and nothing
-        else that is shared."""
+    def map_blocks(self, fn: Callable[[slice], T], rows: int | None = None) -> Iterator[T]:
+        """``fn`` of every row block (``rows`` rows, default :attr:`chunk_size`), yielded
+        in block order, spread over the pool's threads (a few blocks ahead); the fit's
+        ``check`` is called before each. ``fn`` may write its own rows of the per-row
+        state (``labels``, ``min_dist``) and nothing else that is shared."""
 
         def checked(rows: slice) -> T:
             self.check()
             return fn(rows)
 
-        return self.pool.map(checked, list(iter_chunks(self.X.shape[0], self.chunk_size)))
+        blocks = iter_chunks(self.X.shape[0], rows or self.chunk_size)
+        return self.pool.map(checked, list(blocks))
 
     @property
     def _blocks(self) -> dict[str, torch.Tensor]:
@@ -504,14 +584,16 @@ class Workspace:
         sums)."""
         kernel = self.kernel
         assert kernel is not None
-        drift = bounds.drift(C) if warm else None
+        neighbours = self._neighbours(C, centres) if warm else None
+        gap = None if neighbours is None else neighbours.gap[:, 0]
+        drift = bounds.drift(C, gap) if warm else None
         if drift is None:
             bounds.start(C)
 
-        def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        def block(rows: slice) -> _BoundedPart:
             part_num, part_den = torch.zeros_like(num), torch.zeros_like(den)
             wc = self.weights(rows)
-            kernel.bounded_block(
+            counts = kernel.bounded_block(
                 self._rows(rows),
                 centres,
                 (bounds.upper[rows], bounds.lower[rows]),
@@ -519,20 +601,48 @@ class Workspace:
                 bounds.margin,
                 part_num,
                 part_den,
+                neighbours,
             )
             cold = drift is None and inertia
-            return part_num, part_den, weighted_sum(self._min_dist[rows], wc) if cold else None
+            part_inertia = weighted_sum(self._min_dist[rows], wc) if cold else None
+            return part_num, part_den, part_inertia, counts
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
-        for part_num, part_den, part_inertia in self.map_blocks(block):
+        # A warm pass computes few distances a row and has no distance block: larger
+        # blocks, fewer of the per-block sums over every centre.
+        rows = max(self.chunk_size, BOUNDED_BLOCK_ROWS) if warm else None
+        counts = [0, 0, 0]
+        for part_num, part_den, part_inertia, part_counts in self.map_blocks(block, rows):
             num += part_num
             den += part_den
             if part_inertia is not None:
                 total += part_inertia
+            counts = [a + b for a, b in zip(counts, part_counts, strict=True)]
+        if neighbours is not None:
+            self._neighbour_use.record(C.shape[0], *counts)
         if drift is None:
             return total
         bounds.stale = True
         return self._inertia_of_sums(C, num, den) if inertia else total
+
+    def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
+        """Each centre's nearest others for a warm bounded pass at ``C`` (see
+        :data:`NEIGHBOUR_MIN_K`), where the lists take no more room than the rows."""
+        k, d = C.shape
+        if k < NEIGHBOUR_MIN_K or k * NEIGHBOUR_WIDTH > self.X.shape[0]:
+            return None
+        if not self._neighbour_use.wanted():
+            return None
+        kernel = self.kernel
+        assert kernel is not None
+        into = Neighbours.empty(k, d, NEIGHBOUR_WIDTH, C.dtype)
+        hint = self._neighbour_hint
+        hint = hint if hint is not None and hint.shape == into.order.shape else None
+        spans = list(iter_chunks(k, NEIGHBOUR_SPAN))
+        for _ in self.pool.map(lambda span: kernel.neighbours(centres, k, into, span, hint), spans):
+            pass
+        self._neighbour_hint = into.order
+        return into
 
     def _inertia_of_sums(
         self, C: torch.Tensor, num: torch.Tensor, den: torch.Tensor

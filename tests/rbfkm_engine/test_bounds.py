@@ -50,11 +50,17 @@ def test_the_margin_grows_with_the_norms_and_shrinks_with_precision() -> None:
 @needs_compiler
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("lists", [None, 8, 32])
 def test_lloyd_with_bounds_is_lloyd(
-    dtype: type, weighted: bool, monkeypatch: pytest.MonkeyPatch
+    dtype: type, weighted: bool, lists: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """With neighbour lists (``lists`` centres each: shorter than the others, so some rows
+    fall back to every centre, or padded past them) or without."""
     from sklearn.datasets import make_blobs
 
+    if lists is not None:
+        monkeypatch.setattr(passes, "NEIGHBOUR_MIN_K", 2)
+        monkeypatch.setattr(passes, "NEIGHBOUR_WIDTH", lists)
     X, _ = make_blobs(5000, n_features=3, centers=25, cluster_std=2.0, random_state=2)
     X = X.astype(dtype)
     w = np.random.default_rng(0).uniform(0.1, 2.0, 5000).astype(dtype) if weighted else None
@@ -102,11 +108,59 @@ def test_unmoved_centres_relabel_almost_no_row() -> None:
     min_dist = torch.empty(20000)
     num, den = torch.zeros(16, 4, dtype=torch.float64), torch.zeros(16, dtype=torch.float64)
     rows = native.Rows(X, X.square().sum(dim=1), None, labels, min_dist)
-    first = kernel.bounded_block(rows, centres, (b.upper, b.lower), None, b.margin, num, den)
+    first, _, _ = kernel.bounded_block(rows, centres, (b.upper, b.lower), None, b.margin, num, den)
     assert first == 20000
     assert torch.equal(labels, torch.cdist(X, C).argmin(dim=1))
     drift = b.drift(C.clone())
-    again = kernel.bounded_block(rows, centres, (b.upper, b.lower), drift, b.margin, num, den)
+    again, _, _ = kernel.bounded_block(rows, centres, (b.upper, b.lower), drift, b.margin, num, den)
     assert again <= 2000  # only rows within a few margins of a tie
     assert torch.equal(labels, torch.cdist(X, C).argmin(dim=1))
     torch.testing.assert_close(den.sum(), torch.tensor(20000.0, dtype=torch.float64))
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rows_are_relabelled_from_their_centres_neighbour_lists(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(3)
+    X = torch.rand(20000, 3, generator=gen, dtype=torch.float64).to(dtype)
+    C = X[:300].clone()
+    kernel = native.lloyd_kernel(X, None)
+    assert kernel is not None
+    width = passes.row_reduction_width(300, C.device)
+    x_sq = X.square().sum(dim=1)
+    b = Bounds(x_sq)
+    b.start(C)
+    labels, min_dist = torch.zeros(20000, dtype=torch.long), torch.empty(20000, dtype=dtype)
+    num, den = torch.zeros(300, 3, dtype=torch.float64), torch.zeros(300, dtype=torch.float64)
+    rows = native.Rows(X, x_sq, None, labels, min_dist)
+    bounds = (b.upper, b.lower)
+    kernel.bounded_block(rows, kernel.centres(C, width), bounds, None, b.margin, num, den)
+    moved = C + 0.02 * torch.randn(300, 3, generator=gen, dtype=torch.float64).to(dtype)
+    centres = kernel.centres(moved, width)
+    lists = native.Neighbours.empty(300, 3, 32, dtype)
+    kernel.neighbours(centres, 300, lists, slice(0, 300))
+    saved = (labels.clone(), min_dist.clone(), b.upper.clone(), b.lower.clone())
+    drift = b.drift(moved, lists.gap[:, 0])
+    counts = kernel.bounded_block(rows, centres, bounds, drift, b.margin, num, den, lists)
+    again, decided, scanned = counts
+    assert again > 10000  # most rows' bounds failed: the centres moved by about their gaps
+    assert decided > 0.9 * again  # and their old centres' lists decided most of them
+    assert 0 < scanned < 32 * decided
+    nearest = torch.cdist(X.double(), moved.double())
+    assert torch.equal(labels, nearest.argmin(dim=1))
+    moved_rows = labels != saved[0]  # relabelled, so their distances are written
+    assert moved_rows.sum() > 1000
+    expected = nearest.min(dim=1).values.square()[moved_rows]
+    torch.testing.assert_close(min_dist[moved_rows].double(), expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(den.sum(), torch.tensor(20000.0, dtype=torch.float64))
+    torch.testing.assert_close(den, torch.bincount(labels, minlength=300).double())
+    # Every lower bound holds: no other centre is nearer than it.
+    others = nearest.scatter(1, labels.unsqueeze(1), float("inf")).min(dim=1).values
+    assert (b.lower.double() <= others + 1e-6).all()
+    # The lists are what decided those rows: with their gaps overstated, the scans stop
+    # before the nearest and the labels go wrong.
+    for state, copy in zip((labels, min_dist, b.upper, b.lower), saved, strict=True):
+        state.copy_(copy)
+    lists.gap.mul_(100.0)
+    kernel.bounded_block(rows, centres, bounds, drift, b.margin, num, den, lists)
+    assert not torch.equal(labels, nearest.argmin(dim=1))

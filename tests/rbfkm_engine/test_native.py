@@ -369,3 +369,41 @@ def test_a_hartigan_sweep_keeps_every_cluster() -> None:
     state.mass = torch.cat([state.mass, torch.zeros(1, dtype=torch.float64)])
     assert kernel_for(torch.float64).hartigan_sweep(X, None, state, slice(0, 5), 1e-6) == (0, 0.0)
     assert state.labels.tolist() == [0, 0, 0, 1, 0] and state.mass.tolist() == [4.0, 1.0, 0.0]
+
+
+def neighbour_lists(
+    kernel: native.LloydKernel, C: torch.Tensor, width: int, hint: torch.Tensor | None = None
+) -> native.Neighbours:
+    k, d = C.shape
+    centres = kernel.centres(C, passes.row_reduction_width(k, C.device), direct=True)
+    into = native.Neighbours.empty(k, d, width, C.dtype)
+    kernel.neighbours(centres, k, into, slice(0, k // 2), hint)  # two spans
+    kernel.neighbours(centres, k, into, slice(k // 2, k), hint)
+    return into
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [5, 33, 300])
+def test_neighbour_lists_are_each_centres_nearest_others(dtype: torch.dtype, k: int) -> None:
+    gen = torch.Generator().manual_seed(k)
+    C = torch.randn(k, 3, generator=gen, dtype=torch.float64).to(dtype)
+    kernel, width = kernel_for(dtype), 16
+    lists = neighbour_lists(kernel, C, width)
+    D = torch.cdist(C.double(), C.double()).fill_diagonal_(float("inf"))
+    held = min(width, k - 1)
+    gaps, order = torch.topk(D, held, dim=1, largest=False)
+    torch.testing.assert_close(lists.gap[:, :held].double(), gaps, rtol=1e-5, atol=1e-6)
+    assert (lists.order[:, :held].long() == order).float().mean() > 0.99  # but near-ties
+    assert (lists.order[:, held:] == -1).all() and lists.gap[:, held:].isinf().all()
+    # Each list's vectors: c_sq, then the columns of -2 C^T, of the centres it names.
+    named = lists.order[:, :held].long()
+    torch.testing.assert_close(lists.lists[:, 0, :held], C.square().sum(dim=1)[named])
+    torch.testing.assert_close(lists.lists[:, 1:, :held], -2 * C[named].transpose(1, 2))
+    # A hint (any width others of each centre: here the lists of other centres) changes
+    # what is inserted on the way, not the lists.
+    moved = C + 0.01 * torch.randn(k, 3, generator=gen, dtype=torch.float64).to(dtype)
+    hinted = neighbour_lists(kernel, moved, width, hint=lists.order)
+    fresh = neighbour_lists(kernel, moved, width)
+    assert torch.equal(hinted.order, fresh.order)
+    assert torch.equal(hinted.gap, fresh.gap)

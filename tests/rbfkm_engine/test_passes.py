@@ -557,3 +557,47 @@ def test_the_weighted_sum_of_squares_is_the_same_in_the_kernel_and_in_torch(
         assert found[path].dtype == torch.float64
     torch.testing.assert_close(found["kernel"], expected, rtol=1e-14, atol=0.0)
     torch.testing.assert_close(found["torch"], expected, rtol=1e-14, atol=0.0)
+
+
+def test_neighbour_lists_pause_while_they_do_not_pay() -> None:
+    use = passes.NeighbourUse()
+    k = 1000
+    assert use.wanted()
+    use.record(k, relabelled=100_000, decided=99_000, scanned=1_500_000)  # pays
+    assert use.wanted()
+    use.record(k, relabelled=100_000, decided=40_000, scanned=1_500_000)  # k per undecided row
+
+    def skipped() -> int:
+        passes_without = 0
+        while not use.wanted():
+            passes_without += 1
+        return passes_without
+
+    pauses = [skipped()]
+    for _ in range(2):  # few rows relabelled: the lists' k^2 dominates
+        use.record(k, relabelled=1_000, decided=1_000, scanned=12_000)
+        pauses.append(skipped())
+    assert pauses == [passes.NEIGHBOUR_PAUSE * 2**i for i in range(3)]
+    use.record(k, relabelled=100_000, decided=100_000, scanned=1_200_000)  # pays again
+    assert use.wanted()
+    use.record(k, relabelled=0, decided=0, scanned=0)
+    assert skipped() == passes.NEIGHBOUR_PAUSE
+
+
+@needs_compiler
+@pytest.mark.parametrize(("d", "lists"), [(3, True), (32, False)])
+def test_lloyd_makes_neighbour_lists_where_they_pay(d: int, lists: bool) -> None:
+    """Uniform points: on 3 features a dozen of its old centre's neighbours decide a row;
+    on 32, a centre has too many neighbours at about the same distance."""
+    gen = torch.Generator().manual_seed(0)
+    X = torch.rand(40_000, d, generator=gen)
+    ws = workspace_on("kernel", X, None, 256, chunk_size=4096)
+    seen: list[tuple[int, int, int]] = []
+    record = ws._neighbour_use.record
+    ws._neighbour_use.record = lambda k, *counts: (seen.append(counts), record(k, *counts))
+    C = X[:256].clone()
+    for iteration in range(6):
+        C, _, _ = ws.lloyd_iteration(C, warm=iteration > 0)
+    assert len(seen) == (5 if lists else 1)  # every warm pass, or one try
+    relabelled, decided, _ = seen[0]
+    assert (decided > 0.9 * relabelled) == lists
