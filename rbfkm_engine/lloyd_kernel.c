@@ -305,6 +305,38 @@
         return empty;                                                                          \
     }                                                                                          \
                                                                                                \
+    /* Farthest-first picks among a pool of m points P (m x d, rows contiguous): each pick     \
+     * the point of largest value (ties: the lowest index), then every value lowered to the    \
+     * point's squared distance to it (by direct differences) where that is smaller. values    \
+     * (m): the points' squared distances to the centres, updated in place; index (m): the     \
+     * points' indices in the data. Makes at most n_new picks, into taken (pool positions),    \
+     * and stops before a pick whose value is not above outside (the best value outside the    \
+     * pool); returns the picks made. */                                                       \
+    int64_t farthest_picks_##SUFFIX(const T *restrict P, int64_t m, int64_t d,                 \
+                                    T *restrict values, const int64_t *restrict index,         \
+                                    T outside, int64_t n_new, int64_t *restrict taken) {       \
+        for (int64_t pick = 0; pick < n_new && m > 0; pick++) {                                \
+            int64_t j = 0;                                                                     \
+            for (int64_t i = 1; i < m; i++) {                                                  \
+                const int tie_lower = values[i] == values[j] && index[i] < index[j];           \
+                if (values[i] > values[j] || tie_lower) j = i;                                 \
+            }                                                                                  \
+            if (!(values[j] > outside)) return pick;                                           \
+            taken[pick] = j;                                                                   \
+            const T *p = P + j * d;                                                            \
+            for (int64_t i = 0; i < m; i++) {                                                  \
+                const T *x = P + i * d;                                                        \
+                T s = 0;                                                                       \
+                for (int64_t t = 0; t < d; t++) {                                              \
+                    const T diff = x[t] - p[t];                                                \
+                    s += diff * diff;                                                          \
+                }                                                                              \
+                values[i] = s < values[i] ? s : values[i];                                     \
+            }                                                                                  \
+        }                                                                                      \
+        return m > 0 ? n_new : 0;                                                              \
+    }                                                                                          \
+                                                                                               \
     /* sum_i w_i ||x_i||^2 over the m rows of X (w NULL: all 1), in float64: lloyd_update's    \
      * sum_sq, which must carry less rounding than T's (see there). */                         \
     double weighted_sum_sq_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                 \

@@ -15,7 +15,8 @@ passes: a whole block of an entmax15 pass, distances, responsibilities and sums,
 call (:meth:`LloydKernel.soft_block`) or, where a pass stays in torch, row minima with
 their entmax15 candidate counts (:func:`row_minima`) and entmax15 of the soft rows
 (:func:`entmax15_rows`); and the local search's batches and sweeps of Hartigan's method
-(:meth:`LloydKernel.hartigan_batch`, :meth:`LloydKernel.hartigan_sweep`). The blocks still
+(:meth:`LloydKernel.hartigan_batch`, :meth:`LloydKernel.hartigan_sweep`), and the picks of
+farthest-first re-seeding (:meth:`LloydKernel.farthest_pick`). The blocks still
 run on the fit's :class:`~rbfkm_engine.parallel.BlockPool` (``ctypes`` releases the GIL
 during a call).
 
@@ -190,6 +191,9 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = None
                 fn.argtypes = [*_ARGTYPES[:10], _I, _SCALAR[dtype], _I]
                 fn.argtypes += [_P] * 9
+                fn = getattr(lib, f"farthest_picks_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [_P, _I, _I, _P, _P, _SCALAR[dtype], _I, _P]
                 fn = getattr(lib, f"weighted_sum_sq_{suffix}")
                 fn.restype, fn.argtypes = ctypes.c_double, [_P, _I, _I, _P]
                 fn = getattr(lib, f"hartigan_batch_{suffix}")
@@ -334,6 +338,7 @@ class LloydKernel:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self._neighbours = getattr(lib, f"centre_neighbours_{_SUFFIX[dtype]}")
+        self._farthest = getattr(lib, f"farthest_picks_{_SUFFIX[dtype]}")
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._sum_sq = getattr(lib, f"weighted_sum_sq_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
@@ -527,6 +532,22 @@ class LloydKernel:
             into.gap.data_ptr(),
             into.lists.data_ptr(),
         )
+
+    def farthest_pick(
+        self, P: torch.Tensor, values: torch.Tensor, index: torch.Tensor, outside: float
+    ) -> int | None:
+        """One farthest-first pick among the pool ``P`` (``m x d``, contiguous, the
+        kernel's type): the position of the largest of ``values`` (the points' squared
+        distances to the centres, of ``P``'s type; ties: the lowest ``index``, int64),
+        whose distances then lower ``values`` in place; ``None`` (nothing changed) where
+        that value is not above ``outside``."""
+        assert P.is_contiguous() and values.is_contiguous() and index.is_contiguous()
+        m, d = P.shape
+        taken = ctypes.c_int64(-1)
+        made = self._farthest(
+            P.data_ptr(), m, d, values.data_ptr(), index.data_ptr(), outside, 1, ctypes.byref(taken)
+        )
+        return taken.value if made else None
 
     def weighted_sum_sq(self, X: torch.Tensor, w: torch.Tensor | None) -> float:
         """``sum_i w_i ||x_i||^2`` of the rows ``X`` (contiguous, the kernel's type; ``w``:

@@ -81,8 +81,13 @@ NEIGHBOUR_ROW_COST = 16
 NEIGHBOUR_MIN_GAIN = 4
 #: Passes without lists after a pass where they did not pay (doubling each time).
 NEIGHBOUR_PAUSE = 8
-#: Rows a block of a warm bounded pass takes (:meth:`Workspace._bounded_pass`).
-BOUNDED_BLOCK_ROWS = 1 << 15
+#: A kernel pass on direct distances holds no distance block, so its blocks may be
+#: larger than :attr:`Workspace.chunk_size` (which keeps a block's distances in cache):
+#: at most ``DIRECT_BLOCK_ROWS`` rows, and at least ``DIRECT_BLOCKS`` blocks where the
+#: chunk allows, whatever the threads (the blocks, and so the order of the sums, do not
+#: depend on them). Each block's share of the sums is ``k x d``.
+DIRECT_BLOCK_ROWS = 1 << 15
+DIRECT_BLOCKS = 8
 #: Centres whose neighbour lists one task of the pool makes.
 NEIGHBOUR_SPAN = 256
 
@@ -548,7 +553,8 @@ class Workspace:
             return inertia, part_num, part_den
 
         total = 0.0
-        for inertia, part_num, part_den in self.map_blocks(block):
+        rows = None if centres.CT is None else self.direct_block_rows()
+        for inertia, part_num, part_den in self.map_blocks(block, rows):
             total += inertia
             if num is not None and part_num is not None:
                 num += part_num
@@ -608,11 +614,9 @@ class Workspace:
             return part_num, part_den, part_inertia, counts
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
-        # A warm pass computes few distances a row and has no distance block: larger
-        # blocks, fewer of the per-block sums over every centre.
-        rows = max(self.chunk_size, BOUNDED_BLOCK_ROWS) if warm else None
         counts = [0, 0, 0]
-        for part_num, part_den, part_inertia, part_counts in self.map_blocks(block, rows):
+        blocks = self.map_blocks(block, self.direct_block_rows())
+        for part_num, part_den, part_inertia, part_counts in blocks:
             num += part_num
             den += part_den
             if part_inertia is not None:
@@ -624,6 +628,12 @@ class Workspace:
             return total
         bounds.stale = True
         return self._inertia_of_sums(C, num, den) if inertia else total
+
+    def direct_block_rows(self) -> int:
+        """Rows per block of a kernel pass on direct distances (see
+        :data:`DIRECT_BLOCK_ROWS`)."""
+        share = -(-self.X.shape[0] // DIRECT_BLOCKS)
+        return max(self.chunk_size, min(DIRECT_BLOCK_ROWS, share))
 
     def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
         """Each centre's nearest others for a warm bounded pass at ``C`` (see

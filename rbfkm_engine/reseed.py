@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .distances import squared_distances
-
 if TYPE_CHECKING:
     from .passes import Workspace
 
@@ -35,7 +33,8 @@ def farthest_first(ws: Workspace, closest: torch.Tensor, n_new: int) -> torch.Te
     picks among all: they run there, on ``m`` rows instead of a pass over ``X`` per pick.
     When that check fails the pool grows ``FARTHEST_GROWTH``-fold; a pool as large as
     ``X`` is the plain pass per pick. The fit's stop check (``ws.check``) runs before
-    every pick.
+    every pick. Every pool's picks are made alike (:func:`_picks`), so the picks do not
+    depend on the pool's size, nor on how a data-parallel fit splits the rows.
     """
     n = closest.shape[0]
     score = closest if ws.w is None else torch.where(ws.w > 0, closest, -1.0)
@@ -47,11 +46,12 @@ def farthest_first(ws: Workspace, closest: torch.Tensor, n_new: int) -> torch.Te
         if picks is not None:
             return picks
         m *= FARTHEST_GROWTH
-    picks = []
-    for _ in range(n_new):  # a pass over X per pick: the fit's stop check before each
-        ws.check()
-        picks.append(_take_farthest(ws, closest))
-    return torch.stack(picks)
+    # Every point: a pass over X per pick (one point at a time, so copies of a point are
+    # never taken twice, and repeating a point and weighting it give the same centres).
+    every = _Pool(ws.X, score, torch.arange(n, device=score.device))
+    picks = _picks(ws, every, torch.tensor(-math.inf), n_new)
+    assert picks is not None  # every score is above -inf
+    return picks
 
 
 def _farthest_among(ws: Workspace, score: torch.Tensor, m: int, n_new: int) -> torch.Tensor | None:
@@ -59,7 +59,7 @@ def _farthest_among(ws: Workspace, score: torch.Tensor, m: int, n_new: int) -> t
     pick would not be above every point outside them."""
     top, order = torch.topk(score, m + 1)
     candidates = order[:m]
-    pool = _Pool(ws.X[candidates], ws.x_sq[candidates], top[:m].clone(), candidates)
+    pool = _Pool(ws.X[candidates], top[:m].clone(), candidates)
     return _picks(ws, pool, top[m], n_new)
 
 
@@ -74,19 +74,17 @@ def _farthest_across_shards(ws: Workspace, score: torch.Tensor, m: int, n_new: i
         top, order = torch.topk(score, min(m + 1, score.shape[0]))
         # The best score a shard left out of its pool (none: -inf).
         outside = reducer.max_float(float(top[m]) if top.shape[0] > m else -math.inf)
-        rows = torch.full((m, ws.X.shape[1] + 3), -math.inf, dtype=torch.float64)
+        rows = torch.full((m, ws.X.shape[1] + 2), -math.inf, dtype=torch.float64)
         rows[:taken, 0] = top[:taken].double().cpu()
         rows[:taken, 1] = (order[:taken] + ws.offset).double().cpu()
-        rows[:taken, 2] = ws.x_sq[order[:taken]].double().cpu()
-        rows[:taken, 3:] = ws.X[order[:taken]].double().cpu()
+        rows[:taken, 2:] = ws.X[order[:taken]].double().cpu()
         gathered = reducer.gather(rows).reshape(-1, rows.shape[1])
         gathered = gathered[gathered[:, 1] > -math.inf]
         dtype, device = ws.X.dtype, ws.X.device
         pool = _Pool(
-            gathered[:, 3:].to(device, dtype),
-            gathered[:, 2].to(device, dtype),
-            gathered[:, 0].to(device, score.dtype),
-            gathered[:, 1].to(device, torch.long),
+            gathered[:, 2:].to(device, dtype).contiguous(),
+            gathered[:, 0].to(device, score.dtype).contiguous(),
+            gathered[:, 1].to(device, torch.long).contiguous(),
         )
         picks = _picks(ws, pool, torch.tensor(outside, dtype=score.dtype), n_new)
         if picks is not None:
@@ -96,44 +94,44 @@ def _farthest_across_shards(ws: Workspace, score: torch.Tensor, m: int, n_new: i
 
 @dataclass
 class _Pool:
-    """Candidate points for farthest-first picks: the points, their squared norms, their
-    scores (distances to the centres, updated as picks are made) and their indices (which
-    break ties: the lowest first, as ``argmax``)."""
+    """Candidate points for farthest-first picks: the points, their scores (squared
+    distances to the centres, lowered as picks are made) and their indices (which break
+    ties: the lowest first, as ``argmax``)."""
 
     P: torch.Tensor
-    p_sq: torch.Tensor
     values: torch.Tensor
     index: torch.Tensor
 
 
 def _picks(ws: Workspace, pool: _Pool, outside: torch.Tensor, n_new: int) -> torch.Tensor | None:
     """``n_new`` farthest-first picks among ``pool``, or ``None`` where a pick would not be
-    above ``outside``, the best score of the points outside it."""
-    P, p_sq, values, candidates = pool.P, pool.p_sq, pool.values, pool.index
+    above ``outside``, the best score of the points outside it. A pick is one call of the
+    fused kernel where it runs on the pool (a few torch ops per pick otherwise)."""
+    kernel = ws.kernel_for(pool.P)
+    by_kernel = kernel is not None and pool.values.dtype == pool.P.dtype
     taken: list[int] = []
     for _ in range(n_new):
         ws.check()  # n_new picks of O(m) each: O(n_new^2) in all when many are empty
-        best = values.max()
-        if not best > outside:
+        if by_kernel:
+            assert kernel is not None
+            j = kernel.farthest_pick(pool.P, pool.values, pool.index, float(outside))
+        else:
+            j = _pick(pool, float(outside))
+        if j is None:
             return None
-        ties = torch.nonzero(values == best).squeeze(1)
-        j = int(ties[torch.argmin(candidates[ties])])  # argmax's tie: the lowest index
         taken.append(j)
-        d_new = squared_distances(P, P[j : j + 1], p_sq).squeeze(1)
-        torch.minimum(values, d_new.to(values.dtype), out=values)
-    return P[taken]
+    return pool.P[taken]
 
 
-def _take_farthest(ws: Workspace, closest: torch.Tensor) -> torch.Tensor:
-    """The point farthest from the centres (``closest``: each point's squared distance to
-    them, updated in place to count the returned point as a centre).
-
-    One point at a time: copies of a point are never taken twice, so repeating a point
-    and weighting it give the same centres.
-    """
-    score = closest if ws.w is None else torch.where(ws.w > 0, closest, -1.0)
-    far = int(torch.argmax(score))
-    point = ws.X[far : far + 1]
-    d_new = squared_distances(ws.X, point, ws.x_sq).squeeze(1)
-    torch.minimum(closest, d_new.to(closest.dtype), out=closest)
-    return point[0]
+def _pick(pool: _Pool, outside: float) -> int | None:
+    """One farthest-first pick among ``pool`` in torch ops (see
+    :meth:`~rbfkm_engine.native.LloydKernel.farthest_pick`)."""
+    values = pool.values
+    best = values.max()
+    if not best > outside:
+        return None
+    ties = torch.nonzero(values == best).squeeze(1)
+    j = int(ties[torch.argmin(pool.index[ties])])  # argmax's tie: the lowest index
+    d_new = (pool.P - pool.P[j]).square_().sum(dim=1)  # exact 0 for copies of the pick
+    torch.minimum(values, d_new.to(values.dtype), out=values)
+    return j

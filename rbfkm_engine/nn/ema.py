@@ -39,6 +39,9 @@ class _Points:
     def check(self) -> None:
         """Nothing stops a batch's re-seeding."""
 
+    def kernel_for(self, C: torch.Tensor) -> None:
+        """A batch's picks run in torch (on the layer's device)."""
+
 
 class CentroidEMA(nn.Module):
     """EMA updates of a layer's centres (exclude them from the optimiser).

@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rbfkm_engine import reseed
 from rbfkm_engine.passes import Workspace
 from rbfkm_engine.progress import FitInterrupted
-from rbfkm_engine.reseed import FARTHEST_CANDIDATES, _take_farthest, farthest_first
+from rbfkm_engine.reseed import FARTHEST_CANDIDATES, _picks, _Pool, farthest_first
+
+from .conftest import workspace_on
 
 
 def points(case: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -23,21 +26,35 @@ def points(case: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     return X, w
 
 
+def _take_farthest(ws: Workspace, closest: torch.Tensor) -> torch.Tensor:
+    """The point farthest from the centres (``closest``, lowered to count it as one), by a
+    pass over every row: the reference the pools must match."""
+    score = closest if ws.w is None else torch.where(ws.w > 0, closest, -1.0)
+    far = int(torch.argmax(score))
+    point = ws.X[far : far + 1]
+    torch.minimum(closest, (ws.X - point).square().sum(dim=1), out=closest)
+    return point[0]
+
+
 @pytest.mark.parametrize("case", ("distinct", "duplicates", "weights"))
 @pytest.mark.parametrize("n_new", (1, 3, 40))
+@pytest.mark.parametrize("path", ("kernel", "torch"))  # who makes the picks in the pool
 def test_farthest_first_equals_one_full_pass_per_pick(
-    case: str, n_new: int, monkeypatch: pytest.MonkeyPatch
+    case: str, n_new: int, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     X, w = points(case)
-    fp = Workspace(X, w, 4, chunk_size=1024)
+    fp = workspace_on(path, X, w, 4, chunk_size=1024)
     fp.hard_labels(X[:4].clone())
     closest = fp.min_dist.clone()
     expected = torch.stack([_take_farthest(fp, closest) for _ in range(n_new)])
-    if case != "duplicates" and n_new < 40:  # the picks come from the candidates alone
-        monkeypatch.setattr(
-            "rbfkm_engine.reseed._take_farthest", lambda ws, closest: pytest.fail("full pass")
-        )
+    pools: list[int] = []
+    picks = reseed._picks
+    monkeypatch.setattr(
+        reseed, "_picks", lambda ws, pool, *a: (pools.append(len(pool.P)), picks(ws, pool, *a))[1]
+    )
     got = farthest_first(fp, fp.min_dist.clone(), n_new)
+    if case != "duplicates" and n_new < 40:  # the picks come from the candidates alone
+        assert pools and max(pools) < X.shape[0]
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
@@ -93,3 +110,17 @@ def test_farthest_first_checks_before_every_pick(n: int) -> None:
 
     with pytest.raises(FitInterrupted):
         farthest_first(Workspace(X, None, 8, 64, check=stop), closest.clone(), 5)
+
+
+@pytest.mark.parametrize("path", ("kernel", "torch"))
+def test_a_pick_among_equal_distances_takes_the_lowest_index(path: str) -> None:
+    X = torch.tensor([[0.0], [10.0], [-10.0], [1.0]], dtype=torch.float64)
+    ws = workspace_on(path, X, None, 1, chunk_size=4)
+    values = torch.tensor([1.0, 100.0, 100.0, 1.0], dtype=torch.float64)
+    pool = _Pool(X, values, torch.tensor([7, 5, 3, 9]))
+    picks = _picks(ws, pool, torch.tensor(-1.0, dtype=torch.float64), 2)
+    assert picks is not None
+    # -10 and 10 tie; -10 is the row of lower index (3 against 5). Then 10, 400 from it.
+    assert picks.squeeze(1).tolist() == [-10.0, 10.0]
+    assert values.tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert _picks(ws, pool, torch.tensor(1.0, dtype=torch.float64), 1) is None
