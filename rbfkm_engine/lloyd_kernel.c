@@ -417,8 +417,9 @@
                                                                                                \
     /* Whether any lane of a mask is set. */                                                   \
     static inline int any_##SUFFIX(V##_index mask) {                                           \
-        I any = 0;                                                                             \
-        for (int l = 0; l < LANES; l++) any |= mask[l];                                        \
+        uint64_t words[sizeof mask / sizeof(uint64_t)], any = 0;                               \
+        memcpy(words, &mask, sizeof mask);                                                     \
+        for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) any |= words[w];           \
         return any != 0;                                                                       \
     }                                                                                          \
                                                                                                \
@@ -432,7 +433,7 @@
             if (hint[r] < 0 || hint[r] == a) return (T)INFINITY;                               \
             T s = 0;                                                                           \
             for (int64_t t = 0; t < d; t++) {                                                  \
-                const T diff = (CT[t * kp + hint[r]] - CT[t * kp + a]) * (T)0.5;               \
+                const T diff = CT[t * kp + hint[r]] - CT[t * kp + a];                          \
                 s += diff * diff;                                                              \
             }                                                                                  \
             limit = s > limit ? s : limit;                                                     \
@@ -440,25 +441,29 @@
         return limit;                                                                          \
     }                                                                                          \
                                                                                                \
-    /* Squared distances from centre a to the LANES centres from column j of CT. */            \
-    static inline V gaps_from_##SUFFIX(const T *restrict CT, int64_t kp, int64_t d, int64_t a, \
-                                       int64_t j) {                                            \
+    /* Four times the squared distances from centre a (its column of CT broadcast in ca,       \
+     * d <= 32 of them) to the LANES centres from column j of CT (= -2 C^T: the differences    \
+     * of its columns are -2 (c_j - c_a), exactly). */                                         \
+    static inline V gaps4_from_##SUFFIX(const T *restrict CT, int64_t kp, int64_t d,           \
+                                        const V *restrict ca, int64_t j) {                     \
         V s = {0};                                                                             \
         for (int64_t t = 0; t < d; t++) {                                                      \
             V ct;                                                                              \
             memcpy(&ct, CT + t * kp + j, sizeof ct);                                           \
-            const V diff = (ct - CT[t * kp + a]) * (T)0.5;                                     \
+            const V diff = ct - ca[t];                                                         \
             s += diff * diff;                                                                  \
         }                                                                                      \
         return s;                                                                              \
     }                                                                                          \
                                                                                                \
-    /* Centre a's list (o, g: squared gaps) of its `width` nearest others among those within   \
-     * start (squared) of it, by insertion, GROUPS x LANES columns at a time checked against   \
-     * the list's last at once; returns how many it holds. */                                  \
+    /* Centre a's list (o, g: four times the squared gaps) of its `width` nearest others among \
+     * those within start (likewise) of it, by insertion, GROUPS x LANES columns at a time     \
+     * checked against the list's last at once; returns how many it holds. d <= 32. */         \
     static inline int64_t fill_list_##SUFFIX(const T *restrict CT, int64_t kp, int64_t k,      \
                                              int64_t d, int64_t width, int64_t a, T start,     \
                                              int32_t *restrict o, T *restrict g) {             \
+        V ca[32];                                                                              \
+        for (int64_t t = 0; t < d; t++) ca[t] = (V){0} + CT[t * kp + a];                       \
         int64_t held = 0;                                                                      \
         T limit = start; /* a gap kept must be at most this (then below, once full) */         \
         for (int64_t j = 0; j < kp; j += GROUPS * LANES) {                                     \
@@ -466,7 +471,7 @@
             V##_index near = {0};                                                              \
             const int G = j + GROUPS * LANES <= kp ? GROUPS : 1;                               \
             for (int q = 0; q < G; q++) {                                                      \
-                s[q] = gaps_from_##SUFFIX(CT, kp, d, a, j + q * LANES);                        \
+                s[q] = gaps4_from_##SUFFIX(CT, kp, d, ca, j + q * LANES);                      \
                 near |= s[q] <= limit;                                                         \
             }                                                                                  \
             if (!any_##SUFFIX(near)) continue;                                                 \
@@ -511,7 +516,7 @@
             T *list = nb + a * (d + 1) * width;                                                \
             for (int64_t r = 0; r < width; r++) {                                              \
                 const int real = r < held;                                                     \
-                g[r] = real ? (T)sqrt((double)g[r]) : (T)INFINITY;                             \
+                g[r] = real ? (T)(0.5 * sqrt((double)g[r])) : (T)INFINITY;                     \
                 o[r] = real ? o[r] : -1;                                                       \
                 list[r] = real ? c_sq[o[r]] : (T)INFINITY;                                     \
                 for (int64_t t = 0; t < d; t++)                                                \
