@@ -81,13 +81,14 @@ NEIGHBOUR_ROW_COST = 16
 NEIGHBOUR_MIN_GAIN = 4
 #: Passes without lists after a pass where they did not pay (doubling each time).
 NEIGHBOUR_PAUSE = 8
-#: A kernel pass on direct distances holds no distance block, so its blocks may be
-#: larger than :attr:`Workspace.chunk_size` (which keeps a block's distances in cache):
-#: at most ``DIRECT_BLOCK_ROWS`` rows, and at least ``DIRECT_BLOCKS`` blocks where the
-#: chunk allows, whatever the threads (the blocks, and so the order of the sums, do not
-#: depend on them). Each block's share of the sums is ``k x d``.
-DIRECT_BLOCK_ROWS = 1 << 15
-DIRECT_BLOCKS = 8
+#: A pass that holds no ``(rows, k)`` distance block (a kernel pass on direct distances,
+#: a pass of per-row gathers) may take blocks larger than :attr:`Workspace.chunk_size`
+#: (which keeps a block's distances in cache): at most ``BIG_BLOCK_ROWS`` rows, and at
+#: least ``BIG_BLOCKS`` blocks where the chunk allows, whatever the threads (the blocks,
+#: and so the order of the sums, do not depend on them). Each block's share of the sums
+#: is ``k x d``, and each block its own dispatch.
+BIG_BLOCK_ROWS = 1 << 15
+BIG_BLOCKS = 8
 #: Centres whose neighbour lists one task of the pool makes.
 NEIGHBOUR_SPAN = 256
 
@@ -553,7 +554,7 @@ class Workspace:
             return inertia, part_num, part_den
 
         total = 0.0
-        rows = None if centres.CT is None else self.direct_block_rows()
+        rows = None if centres.CT is None else self.big_block_rows()
         for inertia, part_num, part_den in self.map_blocks(block, rows):
             total += inertia
             if num is not None and part_num is not None:
@@ -615,7 +616,7 @@ class Workspace:
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
         counts = [0, 0, 0]
-        blocks = self.map_blocks(block, self.direct_block_rows())
+        blocks = self.map_blocks(block, self.big_block_rows())
         for part_num, part_den, part_inertia, part_counts in blocks:
             num += part_num
             den += part_den
@@ -629,11 +630,11 @@ class Workspace:
         bounds.stale = True
         return self._inertia_of_sums(C, num, den) if inertia else total
 
-    def direct_block_rows(self) -> int:
-        """Rows per block of a kernel pass on direct distances (see
-        :data:`DIRECT_BLOCK_ROWS`)."""
-        share = -(-self.X.shape[0] // DIRECT_BLOCKS)
-        return max(self.chunk_size, min(DIRECT_BLOCK_ROWS, share))
+    def big_block_rows(self) -> int:
+        """Rows per block of a pass that holds no ``(rows, k)`` block (see
+        :data:`BIG_BLOCK_ROWS`)."""
+        share = -(-self.X.shape[0] // BIG_BLOCKS)
+        return max(self.chunk_size, min(BIG_BLOCK_ROWS, share))
 
     def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
         """Each centre's nearest others for a warm bounded pass at ``C`` (see

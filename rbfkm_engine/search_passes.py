@@ -72,11 +72,14 @@ Points = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
 def slot_means(
-    ws: Workspace, slot_of: Callable[[slice], Points], fallback: torch.Tensor
+    ws: Workspace,
+    slot_of: Callable[[slice], Points],
+    fallback: torch.Tensor,
+    rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(Weighted) means and weights of the points by slot, ``slot_of(rows)`` giving a
     block's points and their slots; an empty slot keeps its row of ``fallback`` (one per
-    slot)."""
+    slot). ``rows``: per block, where ``slot_of`` allows more than the chunk."""
     n_slots = fallback.shape[0]
 
     def block(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,7 +93,7 @@ def slot_means(
         return num, mass.index_add_(0, slot, w)
 
     num, mass = _added(
-        ws, ws.map_blocks(block), torch.zeros_like(fallback), fallback.new_zeros(n_slots)
+        ws, ws.map_blocks(block, rows), torch.zeros_like(fallback), fallback.new_zeros(n_slots)
     )
     means = num / mass.clamp_min(1e-30).unsqueeze(1)
     return torch.where((mass > 0).unsqueeze(1), means, fallback), mass
@@ -100,7 +103,11 @@ def label_means(
     ws: Workspace, labels: torch.Tensor, C: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Means and weights of the clusters of ``labels``; an empty one keeps ``C``'s row."""
-    return slot_means(ws, lambda rows: (ws.X[rows], labels[rows], ws.weights(rows)), C)
+
+    def points(rows: slice) -> Points:
+        return ws.X[rows], labels[rows], ws.weights(rows)
+
+    return slot_means(ws, points, C, ws.big_block_rows())
 
 
 def hartigan_moves(
@@ -198,12 +205,14 @@ def cluster_halves(
     power iterations of its scatter matrix, from a random direction) and are refined by
     2-means within the cluster. Each step is one pass: a point's projection on its own
     cluster's axis (:func:`_own_projection`), the sums made by ``index_add_`` over ``k``
-    or ``2 k`` slots.
+    or ``2 k`` slots; in large blocks where the projections gather (nothing per block is
+    ``(rows, k)``, and each block's sums are).
     """
     k, d = C.shape
+    rows = _projection_block_rows(ws, k)
     device = C.device if generator is None else generator.device
     axis = torch.randn((k, d), generator=generator, dtype=torch.float64, device=device)
-    axis = _principal_axes(ws, C, axis.to(device=C.device, dtype=C.dtype), only)
+    axis = _principal_axes(ws, C, axis.to(device=C.device, dtype=C.dtype), only, rows)
     # Side of each point: first along the axis, then by the nearer half's mean.
     normal, offset_at = axis, (axis * C).sum(dim=1)
 
@@ -213,7 +222,7 @@ def cluster_halves(
         return X, side.add_(lab, alpha=2), w
 
     for _ in range(SPLIT_TWO_MEANS_ITERATIONS + 1):
-        halves, mass = slot_means(ws, half_of, C.repeat_interleave(2, dim=0))
+        halves, mass = slot_means(ws, half_of, C.repeat_interleave(2, dim=0), rows)
         halves = halves.view(k, 2, d)
         # Nearer to half 1 than to half 0: x . (s1 - s0) > (|s1|^2 - |s0|^2) / 2.
         normal = halves[:, 1] - halves[:, 0]
@@ -231,10 +240,14 @@ def _members(ws: Workspace, rows: slice, only: torch.Tensor | None) -> Points:
 
 
 def _principal_axes(
-    ws: Workspace, C: torch.Tensor, axis: torch.Tensor, only: torch.Tensor | None
+    ws: Workspace,
+    C: torch.Tensor,
+    axis: torch.Tensor,
+    only: torch.Tensor | None,
+    rows: int | None,
 ) -> torch.Tensor:
     """Power iterations of each cluster's scatter matrix about ``C``, from ``axis`` (of
-    the clusters ``only`` marks, where given)."""
+    the clusters ``only`` marks, where given; ``rows`` per block)."""
     k = C.shape[0]
     for _ in range(SPLIT_POWER_ITERATIONS):
         # scatter_c v = sum_i w_i (x_i - c) (x_i - c) . v over the cluster's points
@@ -253,7 +266,8 @@ def _principal_axes(
             return along, weight
 
         # sum_i w_i x_i (x_i - c) . v and sum_i w_i (x_i - c) . v, per cluster
-        along, weight_along = _added(ws, ws.map_blocks(block), torch.zeros_like(C), C.new_zeros(k))
+        parts = ws.map_blocks(block, rows)
+        along, weight_along = _added(ws, parts, torch.zeros_like(C), C.new_zeros(k))
         scatter = along - C * weight_along.unsqueeze(1)
         axis = torch.where(scatter.norm(dim=1, keepdim=True) > 0, scatter, axis)
     return axis
@@ -272,6 +286,12 @@ def _added(
         second = second + b
     first, second = ws.reducer.sum_many(first, second)
     return first, second
+
+
+def _projection_block_rows(ws: Workspace, k: int) -> int | None:
+    """Rows per block of the passes that project rows on their cluster's axis: large
+    blocks where :func:`_own_projection` gathers, the chunk where it makes a GEMM."""
+    return ws.big_block_rows() if k > PROJECTION_GEMM_MAX_K else None
 
 
 def _own_projection(X: torch.Tensor, lab: torch.Tensor, V: torch.Tensor) -> torch.Tensor:

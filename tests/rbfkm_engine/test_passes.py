@@ -14,6 +14,7 @@ import torch
 from entmax import entmax15
 
 from rbfkm_engine import RBFKMeans, native, passes
+from rbfkm_engine.parallel import BlockPool
 from rbfkm_engine.passes import ROW_REDUCTION_WIDTH, Workspace, row_reduction_width
 from rbfkm_engine.progress import FitInterrupted, IterationStats
 
@@ -601,3 +602,15 @@ def test_lloyd_makes_neighbour_lists_where_they_pay(d: int, lists: bool) -> None
     assert len(seen) == (5 if lists else 1)  # every warm pass, or one try
     relabelled, decided, _ = seen[0]
     assert (decided > 0.9 * relabelled) == lists
+
+
+@pytest.mark.parametrize(("n", "chunk", "rows"), [(400_000, 1024, 1 << 15), (40_000, 1024, 5000)])
+def test_big_blocks_do_not_depend_on_the_threads(n: int, chunk: int, rows: int) -> None:
+    """Passes without a ``(rows, k)`` block take at most 32 768 rows, at least 8 blocks
+    where the chunk allows, whatever the threads (the order of their sums is the same)."""
+    X = torch.zeros(n, 2)
+    for threads in (1, 2):
+        with BlockPool(threads) as pool:
+            ws = Workspace(X, None, 4, chunk_size=chunk, pool=pool)
+            assert ws.big_block_rows() == rows
+    assert Workspace(X[:6000], None, 4, chunk_size=chunk).big_block_rows() == chunk
