@@ -66,10 +66,12 @@ import torch
 
 #: Candidate points priced per round.
 SWAP_CANDIDATES = 16
-#: The search stops after this many rounds in a row without a swap that pays.
-SWAP_PATIENCE = 1
+#: The search stops after this many rounds in a row without a swap that pays: a round
+#: prices 16 random candidates, so one round without a swap is weak evidence that none
+#: pays (benchmarks/README.md, "Swaps: three rounds").
+SWAP_PATIENCE = 3
 #: Swaps that do not pay at once but are tried anyway, with Lloyd to a new fixed point.
-SWAP_TRIALS = 1
+SWAP_TRIALS = 3
 #: A swap must lower the inertia by more than this fraction (float32 distances carry
 #: rounding of about 1e-7 relative to ``||x||^2``).
 SWAP_MIN_GAIN = 1e-5

@@ -303,3 +303,28 @@ def test_a_pricing_keeps_the_halves_of_the_clusters_no_move_changed() -> None:
     fresh, mass = cluster_halves(ctx.passes, best.centres, generator)
     torch.testing.assert_close(halves[changed], fresh[changed], rtol=1e-12, atol=1e-9)
     torch.testing.assert_close(gain[changed], split_gain(mass, fresh)[changed])
+
+
+def test_swaps_stop_after_their_patience_of_rounds_without_a_kept_swap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At the optimum of three separated blobs no swap pays: the search prices
+    ``SWAP_PATIENCE`` rounds (each round's best swap tried with Lloyd while trials are
+    left, a failed round all the same), keeps none, and leaves the centres as they were."""
+    import rbfkm_engine.local_search as search
+
+    X = three_blobs()
+    C = torch.tensor([[-10.0, 0.0], [-7.0, 0.0], [10.0, 0.0]], dtype=torch.float64)
+    ctx = make_context(X, 3, tol=1e-12)
+    C, _ = lloyd(ctx, C)
+    second, inertia = ctx.passes.two_nearest(C)
+    best = FixedPoint(C.clone(), second, inertia)
+    rounds, trials = [], []
+    draw, settle_ = search.draw_points, search.settle
+    monkeypatch.setattr(search, "draw_points", lambda *a: rounds.append(1) or draw(*a))
+    monkeypatch.setattr(search, "settle", lambda *a: trials.append(1) or settle_(*a))
+    assert search.swaps(ctx, best) == 0
+    assert search.SWAP_PATIENCE >= 3 and search.SWAP_TRIALS >= 3
+    assert len(rounds) == search.SWAP_PATIENCE
+    assert len(trials) == min(search.SWAP_TRIALS, search.SWAP_PATIENCE)
+    torch.testing.assert_close(best.centres, C)
