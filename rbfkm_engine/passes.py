@@ -83,11 +83,13 @@ NEIGHBOUR_MIN_GAIN = 4
 NEIGHBOUR_PAUSE = 8
 #: A pass that holds no ``(rows, k)`` distance block (a kernel pass on direct distances,
 #: a pass of per-row gathers) may take blocks larger than :attr:`Workspace.chunk_size`
-#: (which keeps a block's distances in cache): at most ``BIG_BLOCK_ROWS`` rows, and at
-#: least ``BIG_BLOCKS`` blocks where the chunk allows, whatever the threads (the blocks,
-#: and so the order of the sums, do not depend on them). Each block's share of the sums
-#: is ``k x d``, and each block its own dispatch.
+#: (which keeps a block's distances in cache): at most ``BIG_BLOCK_ROWS`` rows and
+#: ``BIG_BLOCK_WORK`` multiply-adds (a few tens of milliseconds: a stop request or a time
+#: limit ends a pass within a block), and at least ``BIG_BLOCKS`` blocks where the chunk
+#: allows, whatever the threads (the blocks, and so the order of the sums, do not depend
+#: on them). Each block's share of the sums is ``k x d``, and each block its own dispatch.
 BIG_BLOCK_ROWS = 1 << 15
+BIG_BLOCK_WORK = 1 << 27
 BIG_BLOCKS = 8
 #: Centres whose neighbour lists one task of the pool makes.
 NEIGHBOUR_SPAN = 256
@@ -554,7 +556,8 @@ class Workspace:
             return inertia, part_num, part_den
 
         total = 0.0
-        rows = None if centres.CT is None else self.big_block_rows()
+        full_scan = centres.width * C.shape[1]  # multiply-adds a row
+        rows = None if centres.CT is None else self.big_block_rows(full_scan)
         for inertia, part_num, part_den in self.map_blocks(block, rows):
             total += inertia
             if num is not None and part_num is not None:
@@ -616,7 +619,8 @@ class Workspace:
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
         counts = [0, 0, 0]
-        blocks = self.map_blocks(block, self.big_block_rows())
+        full_scan = centres.width * C.shape[1]  # at most, a row
+        blocks = self.map_blocks(block, self.big_block_rows(full_scan))
         for part_num, part_den, part_inertia, part_counts in blocks:
             num += part_num
             den += part_den
@@ -630,11 +634,12 @@ class Workspace:
         bounds.stale = True
         return self._inertia_of_sums(C, num, den) if inertia else total
 
-    def big_block_rows(self) -> int:
-        """Rows per block of a pass that holds no ``(rows, k)`` block (see
-        :data:`BIG_BLOCK_ROWS`)."""
+    def big_block_rows(self, work_per_row: int = 1) -> int:
+        """Rows per block of a pass that holds no ``(rows, k)`` block and does at most
+        ``work_per_row`` multiply-adds a row (see :data:`BIG_BLOCK_ROWS`)."""
         share = -(-self.X.shape[0] // BIG_BLOCKS)
-        return max(self.chunk_size, min(BIG_BLOCK_ROWS, share))
+        cap = max(1, BIG_BLOCK_WORK // max(1, work_per_row))
+        return max(self.chunk_size, min(BIG_BLOCK_ROWS, share, cap))
 
     def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
         """Each centre's nearest others for a warm bounded pass at ``C`` (see

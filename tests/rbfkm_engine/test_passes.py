@@ -606,11 +606,16 @@ def test_lloyd_makes_neighbour_lists_where_they_pay(d: int, lists: bool) -> None
 
 @pytest.mark.parametrize(("n", "chunk", "rows"), [(400_000, 1024, 1 << 15), (40_000, 1024, 5000)])
 def test_big_blocks_do_not_depend_on_the_threads(n: int, chunk: int, rows: int) -> None:
-    """Passes without a ``(rows, k)`` block take at most 32 768 rows, at least 8 blocks
-    where the chunk allows, whatever the threads (the order of their sums is the same)."""
+    """Passes without a ``(rows, k)`` block take at most 32 768 rows and a bounded work,
+    at least 8 blocks where the chunk allows, whatever the threads (the order of their
+    sums is the same)."""
     X = torch.zeros(n, 2)
     for threads in (1, 2):
         with BlockPool(threads) as pool:
             ws = Workspace(X, None, 4, chunk_size=chunk, pool=pool)
             assert ws.big_block_rows() == rows
     assert Workspace(X[:6000], None, 4, chunk_size=chunk).big_block_rows() == chunk
+    # A costly row (a scan of 4 096 centres on 32 features) takes fewer rows a block.
+    ws = Workspace(X, None, 4, chunk_size=chunk)
+    assert ws.big_block_rows(4096 * 32) == passes.BIG_BLOCK_WORK // (4096 * 32)
+    assert ws.big_block_rows(1 << 40) == chunk
