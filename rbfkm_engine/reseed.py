@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 FARTHEST_CANDIDATES = 1024
 #: ... and grows that pool by this factor when the picks may lie outside it.
 FARTHEST_GROWTH = 8
+#: A torch pick lowers its pool's distances this many differences at a time.
+PICK_BLOCK = 1 << 22
 
 
 def farthest_first(ws: Workspace, closest: torch.Tensor, n_new: int) -> torch.Tensor:
@@ -108,7 +110,11 @@ def _picks(ws: Workspace, pool: _Pool, outside: torch.Tensor, n_new: int) -> tor
     above ``outside``, the best score of the points outside it. A pick is one call of the
     fused kernel where it runs on the pool (a few torch ops per pick otherwise)."""
     kernel = ws.kernel_for(pool.P)
-    by_kernel = kernel is not None and pool.values.dtype == pool.P.dtype
+    by_kernel = (
+        kernel is not None
+        and pool.values.dtype == pool.P.dtype
+        and all(t.is_contiguous() for t in (pool.P, pool.values, pool.index))
+    )
     taken: list[int] = []
     for _ in range(n_new):
         ws.check()  # n_new picks of O(m) each: O(n_new^2) in all when many are empty
@@ -125,13 +131,19 @@ def _picks(ws: Workspace, pool: _Pool, outside: torch.Tensor, n_new: int) -> tor
 
 def _pick(pool: _Pool, outside: float) -> int | None:
     """One farthest-first pick among ``pool`` in torch ops (see
-    :meth:`~rbfkm_engine.native.LloydKernel.farthest_pick`)."""
+    :meth:`~rbfkm_engine.native.LloydKernel.farthest_pick`), the differences made
+    :data:`PICK_BLOCK` entries at a time (a pool can be the whole data)."""
     values = pool.values
     best = values.max()
     if not best > outside:
         return None
     ties = torch.nonzero(values == best).squeeze(1)
     j = int(ties[torch.argmin(pool.index[ties])])  # argmax's tie: the lowest index
-    d_new = (pool.P - pool.P[j]).square_().sum(dim=1)  # exact 0 for copies of the pick
-    torch.minimum(values, d_new.to(values.dtype), out=values)
+    point = pool.P[j].clone()
+    m, d = pool.P.shape
+    step = max(1, PICK_BLOCK // max(d, 1))
+    for start in range(0, m, step):
+        rows = slice(start, start + step)
+        d_new = (pool.P[rows] - point).square_().sum(dim=1)  # exact 0 for copies of it
+        torch.minimum(values[rows], d_new.to(values.dtype), out=values[rows])
     return j

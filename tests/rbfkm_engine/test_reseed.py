@@ -44,6 +44,7 @@ def test_farthest_first_equals_one_full_pass_per_pick(
 ) -> None:
     X, w = points(case)
     fp = workspace_on(path, X, w, 4, chunk_size=1024)
+    monkeypatch.setattr(reseed, "PICK_BLOCK", 3 * 500)  # torch picks: blocks of 500 rows
     fp.hard_labels(X[:4].clone())
     closest = fp.min_dist.clone()
     expected = torch.stack([_take_farthest(fp, closest) for _ in range(n_new)])
