@@ -84,7 +84,7 @@ def fit_memory(
     holders = 1 if threads <= 1 or device != "cpu" else threads + 1
     shares = 0 if holders == 1 else 2 * threads
     item = _ITEMSIZE[dtype]
-    columns = 2 * k + 16  # centres and twins while annealing; Lloyd pads to 16 columns
+    columns = _columns(k)
     rows = min(n, default_chunk_rows(k, d, item, device))
     annealed = assignment != "hard"
     return FitMemory(
@@ -95,6 +95,21 @@ def fit_memory(
         + 2 * min(k * k, _PAIRWISE_ENTRIES) * 8 * annealed,
         covariance=_eigen_bytes(n, d) if annealed else 0,
     )
+
+
+def _columns(k: int) -> int:
+    """Columns of a pass's ``(rows, columns)`` blocks: the centres and their twins while
+    annealing; Lloyd pads to 16 columns."""
+    return 2 * k + 16
+
+
+def gather_block_rows(chunk_rows: int, n_clusters: int, n_features: int) -> int:
+    """Rows a block may take in a pass that holds only ``(rows, d)`` temporaries, no
+    ``(rows, columns)`` block, within the room :func:`fit_memory` counts for a block of
+    ``chunk_rows`` (the distance blocks' share goes to more rows)."""
+    d = max(n_features, 1)
+    room = (_BLOCK_BUFFERS * _columns(n_clusters) + _ROW_BUFFERS * d) * chunk_rows
+    return max(chunk_rows, room // (_ROW_BUFFERS * d))
 
 
 def _eigen_bytes(n: int, d: int) -> int:

@@ -29,6 +29,7 @@ from .assign import EStep, responsibilities
 from .blocks import iter_chunks
 from .bounds import Bounds
 from .distances import squared_distances, squared_norms
+from .memory import gather_block_rows
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
 from .native import (
     ADD,
@@ -83,11 +84,13 @@ NEIGHBOUR_MIN_GAIN = 4
 NEIGHBOUR_PAUSE = 8
 #: A pass that holds no ``(rows, k)`` distance block (a kernel pass on direct distances,
 #: a pass of per-row gathers) may take blocks larger than :attr:`Workspace.chunk_size`
-#: (which keeps a block's distances in cache): at most ``BIG_BLOCK_ROWS`` rows and
+#: (which keeps a block's distances in cache): at most ``BIG_BLOCK_ROWS`` rows,
 #: ``BIG_BLOCK_WORK`` multiply-adds (a few tens of milliseconds: a stop request or a time
-#: limit ends a pass within a block), and at least ``BIG_BLOCKS`` blocks where the chunk
-#: allows, whatever the threads (the blocks, and so the order of the sums, do not depend
-#: on them). Each block's share of the sums is ``k x d``, and each block its own dispatch.
+#: limit ends a pass within a block) and the room the fit's memory bound counts for a
+#: chunk (:func:`~rbfkm_engine.memory.gather_block_rows`), and at least ``BIG_BLOCKS``
+#: blocks where the chunk allows, whatever the threads (the blocks, and so the order of
+#: the sums, do not depend on them). Each block's share of the sums is ``k x d``, and
+#: each block its own dispatch.
 BIG_BLOCK_ROWS = 1 << 15
 BIG_BLOCK_WORK = 1 << 27
 BIG_BLOCKS = 8
@@ -637,9 +640,11 @@ class Workspace:
     def big_block_rows(self, work_per_row: int = 1) -> int:
         """Rows per block of a pass that holds no ``(rows, k)`` block and does at most
         ``work_per_row`` multiply-adds a row (see :data:`BIG_BLOCK_ROWS`)."""
-        share = -(-self.X.shape[0] // BIG_BLOCKS)
-        cap = max(1, BIG_BLOCK_WORK // max(1, work_per_row))
-        return max(self.chunk_size, min(BIG_BLOCK_ROWS, share, cap))
+        n, d = self.X.shape
+        share = -(-n // BIG_BLOCKS)
+        work = max(1, BIG_BLOCK_WORK // max(1, work_per_row))
+        room = gather_block_rows(self.chunk_size, self.k, d)
+        return max(self.chunk_size, min(BIG_BLOCK_ROWS, share, work, room))
 
     def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
         """Each centre's nearest others for a warm bounded pass at ``C`` (see

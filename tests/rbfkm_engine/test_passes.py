@@ -13,7 +13,7 @@ import pytest
 import torch
 from entmax import entmax15
 
-from rbfkm_engine import RBFKMeans, native, passes
+from rbfkm_engine import RBFKMeans, memory, native, passes
 from rbfkm_engine.parallel import BlockPool
 from rbfkm_engine.passes import ROW_REDUCTION_WIDTH, Workspace, row_reduction_width
 from rbfkm_engine.progress import FitInterrupted, IterationStats
@@ -619,3 +619,7 @@ def test_big_blocks_do_not_depend_on_the_threads(n: int, chunk: int, rows: int) 
     ws = Workspace(X, None, 4, chunk_size=chunk)
     assert ws.big_block_rows(4096 * 32) == passes.BIG_BLOCK_WORK // (4096 * 32)
     assert ws.big_block_rows(1 << 40) == chunk
+    # Wide rows: the (rows, d) temporaries stay within the room the memory bound counts
+    # for a chunk's blocks.
+    wide = Workspace(torch.zeros(40_000, 4096), None, 4, chunk_size=chunk)
+    assert wide.big_block_rows() == memory.gather_block_rows(chunk, 4, 4096) < 2 * chunk
