@@ -58,9 +58,9 @@ def lists(mode: str) -> Iterator[list[tuple[int, int, int]]]:
     saved = passes.NEIGHBOUR_MIN_K, passes.NeighbourUse.record, passes.NeighbourUse.wanted
     record = passes.NeighbourUse.record
 
-    def counted(self: passes.NeighbourUse, k: int, *counts: int) -> None:
+    def counted(self: passes.NeighbourUse, k: int, *counts: int, made: int) -> None:
         seen.append(counts)
-        record(self, k, *counts)
+        record(self, k, *counts, made=made)
 
     passes.NeighbourUse.record = counted  # type: ignore[method-assign]
     if mode == "none":

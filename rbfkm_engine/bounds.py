@@ -49,11 +49,19 @@ def rounding_margin(x_sq_max: float, c_sq_max: float, n_features: int, dtype: to
 class Drift:
     """How the centres moved since the last pass, per centre: ``own`` its own move,
     ``others`` the largest move of any other centre, and ``half_gap`` half its distance
-    to the nearest other centre, less the margin."""
+    to the nearest other centre, less the margin. ``near``: where the pass has neighbour
+    lists, the largest move of any centre in each centre's list (:func:`near_drift`).
+
+    With lists, a row of centre ``a`` is at least ``lower - near[a]`` from the centres
+    of ``a``'s list, and at least the list's last gap less its distance to ``c_a`` from
+    every centre left out, however far those moved. At large ``k`` the farthest move of
+    any centre (a re-seeded one, say) is many times the moves around ``a``, and with
+    ``others`` alone almost every row's bounds fail at every pass."""
 
     own: torch.Tensor
     others: torch.Tensor
     half_gap: torch.Tensor
+    near: torch.Tensor | None = None
 
 
 class Bounds:
@@ -119,6 +127,13 @@ class Bounds:
             for rows in blocks():
                 out[rows] = (X[rows] - self.centres[labels[rows]]).square_().sum(dim=1)
             self.stale = False
+
+
+def near_drift(own: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """The largest of the moves ``own`` among the centres of each neighbour list
+    (``order``: ``k x width`` centre indices, -1 past the others; 0 for an empty list)."""
+    moved = own[order.clamp_min(0).long()]
+    return moved.masked_fill_(order < 0, 0.0).amax(dim=1)
 
 
 def half_gaps(C: torch.Tensor) -> torch.Tensor:

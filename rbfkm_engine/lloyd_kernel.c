@@ -29,20 +29,37 @@
  * registers. */
 #define ROWS 4
 #define GROUPS 2
+/* The machine epsilon of T, and the largest value of the signed integer type I. */
+#define EPS_OF(T) ((T)(sizeof(T) == sizeof(float) ? FLT_EPSILON : DBL_EPSILON))
+#define INDEX_MAX(I) ((I)((((uint64_t)1) << (sizeof(I) * 8 - 1)) - 1))
+/* The square root of x in T's own precision (a float's root through a double rounds to
+ * the same float, at twice the latency). */
+#define ROOT(T, x) (sizeof(T) == sizeof(float) ? (T)sqrtf((float)(x)) : (T)sqrt((double)(x)))
 
 #define LLOYD_KERNELS(T, V, I, LANES, SUFFIX, TINY)                                            \
     typedef T V __attribute__((vector_size(sizeof(T) * LANES)));                               \
     typedef I V##_index __attribute__((vector_size(sizeof(T) * LANES)));                       \
                                                                                                \
+    /* The least lane of v, and of an index vector: a tree of minima, so the LANES - 1        \
+     * comparisons wait on each other log2(LANES) deep, not LANES - 1. */                      \
+    static inline T hmin_##SUFFIX(V v) {                                                       \
+        for (int half = LANES / 2; half > 0; half /= 2)                                        \
+            for (int l = 0; l < half; l++) v[l] = v[l + half] < v[l] ? v[l + half] : v[l];     \
+        return v[0];                                                                           \
+    }                                                                                          \
+    static inline I hmin_index_##SUFFIX(V##_index v) {                                         \
+        for (int half = LANES / 2; half > 0; half /= 2)                                        \
+            for (int l = 0; l < half; l++) v[l] = v[l + half] < v[l] ? v[l + half] : v[l];     \
+        return v[0];                                                                           \
+    }                                                                                          \
+                                                                                               \
     /* Lowest index of the minimum over the lanes' bests (ties: lowest index). */              \
     static inline int64_t reduce_##SUFFIX(V best, V##_index at, T *out) {                      \
-        T m = best[0];                                                                         \
-        for (int l = 1; l < LANES; l++) m = best[l] < m ? best[l] : m;                         \
-        I a = -1; /* written without branches: which lane wins is unpredictable */             \
-        for (int l = 0; l < LANES; l++)                                                        \
-            a = best[l] == m && (a < 0 || at[l] < a) ? at[l] : a;                              \
+        const T m = hmin_##SUFFIX(best);                                                       \
+        const V##_index none = (V##_index){0} + INDEX_MAX(I);                                  \
+        const V##_index tied = best == m;                                                      \
         *out = m;                                                                              \
-        return (int64_t)a;                                                                     \
+        return (int64_t)hmin_index_##SUFFIX((at & tied) | (none & ~tied));                     \
     }                                                                                          \
                                                                                                \
     /* Lane by lane, a where mask is set, else b. */                                           \
@@ -121,12 +138,10 @@
     /* The second smallest over the lanes once the nearest (lab) is known: each lane's next    \
      * smallest, and its smallest where that is not lab's. */                                  \
     static inline T second_of_##SUFFIX(V best, V##_index at, V next, int64_t lab) {            \
-        T s = INFINITY;                                                                        \
-        for (int l = 0; l < LANES; l++) {                                                      \
-            s = next[l] < s ? next[l] : s;                                                     \
-            if (at[l] != (I)lab) s = best[l] < s ? best[l] : s;                                \
-        }                                                                                      \
-        return s;                                                                              \
+        const V##_index other = at != (I)lab;                                                  \
+        const V rest = (V)(((V##_index)best & other) | ((V##_index)next & ~other));            \
+        const T s = hmin_##SUFFIX(next), r = hmin_##SUFFIX(rest);                              \
+        return r < s ? r : s;                                                                  \
     }                                                                                          \
                                                                                                \
     /* Add a row of weight wi to cluster `to`'s float64 sums and, from >= 0, take it from      \
@@ -351,26 +366,45 @@
         return total;                                                                          \
     }                                                                                          \
                                                                                                \
+    /* Row i's lower bound moved by the centres' drift: every other centre moved at most     \
+     * others[a] (a: its old centre); with neighbour lists, those in a's list at most near[a]  \
+     * and those left out are at least tail[a] - u from the row (u: a bound on its distance    \
+     * to c_a), which holds however far they moved. */                                        \
+    static inline T moved_lower_##SUFFIX(T lower, int64_t a, T u, const T *restrict others,   \
+                                         const T *restrict near, const T *restrict tail,       \
+                                         int64_t width) {                                      \
+        const T far = lower - others[a];                                                       \
+        if (!near) return far;                                                                 \
+        const T listed = lower - near[a], left_out = tail[a * width + width - 1] - u;          \
+        const T outside = far > left_out ? far : left_out;                                     \
+        return listed < outside ? listed : outside;                                            \
+    }                                                                                          \
+                                                                                               \
     /* Whether row i's bounds, moved by the centres' drift (lloyd_bounded), still show its     \
      * label; upper and lower are updated (upper tightened to the exact distance when the      \
-     * moved bound alone does not show it). */                                                 \
+     * moved bound alone does not show it). near, tail, width: see moved_lower (near NULL:     \
+     * no lists). */                                                                           \
     static inline int bounds_hold_##SUFFIX(const T *restrict xi, int64_t d,                    \
                                            const T *restrict CT, int64_t kp, int64_t old,      \
                                            T *restrict upper, T *restrict lower,               \
                                            const T *restrict own, const T *restrict others,    \
-                                           const T *restrict half_gap, T margin) {             \
+                                           const T *restrict near, const T *restrict tail,     \
+                                           int64_t width, const T *restrict half_gap,          \
+                                           T margin) {                                         \
         T u = *upper + own[old];                                                               \
-        const T l = *lower - others[old];                                                      \
-        const T limit = l > half_gap[old] ? l : half_gap[old];                                 \
-        *lower = l;                                                                            \
+        T l = moved_lower_##SUFFIX(*lower, old, u, others, near, tail, width);                 \
+        T limit = l > half_gap[old] ? l : half_gap[old];                                       \
         if (u > limit) { /* tighten: the exact distance to its own centre */                   \
             T s = 0;                                                                           \
             for (int64_t t = 0; t < d; t++) {                                                  \
                 const T diff = xi[t] + (T)0.5 * CT[t * kp + old];                              \
                 s += diff * diff;                                                              \
             }                                                                                  \
-            u = (T)sqrt((double)s) + margin;                                                   \
+            u = ROOT(T, s) + margin;                                                           \
+            l = moved_lower_##SUFFIX(*lower, old, u, others, near, tail, width);               \
+            limit = l > half_gap[old] ? l : half_gap[old];                                     \
         }                                                                                      \
+        *lower = l;                                                                            \
         *upper = u;                                                                            \
         return u <= limit;                                                                     \
     }                                                                                          \
@@ -393,7 +427,7 @@
         double unused = 0.0; /* the bounded pass takes its inertia elsewhere */                \
         finish_row_##SUFFIX(b->X, b->d, b->x_sq, b->w, b->labels, b->min_dist, b->num, b->den, \
                             mode, i, lab, p, &unused);                                         \
-        b->upper[i] = (T)sqrt((double)b->min_dist[i]) + 2 * b->margin;                         \
+        b->upper[i] = ROOT(T, b->min_dist[i]) + 2 * b->margin;                                 \
         b->lower[i] = other - b->margin;                                                       \
     }                                                                                          \
                                                                                                \
@@ -411,7 +445,7 @@
             const int64_t i = at[r];                                                           \
             T dist2 = p2[r] + b->x_sq[i];                                                      \
             dist2 = dist2 < (T)0 ? (T)0 : dist2;                                               \
-            bound_row_##SUFFIX(b, start ? 0 : 1, i, lab[r], p[r], (T)sqrt((double)dist2));     \
+            bound_row_##SUFFIX(b, start ? 0 : 1, i, lab[r], p[r], ROOT(T, dist2));             \
         }                                                                                      \
     }                                                                                          \
                                                                                                \
@@ -421,24 +455,6 @@
         memcpy(words, &mask, sizeof mask);                                                     \
         for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) any |= words[w];           \
         return any != 0;                                                                       \
-    }                                                                                          \
-                                                                                               \
-    /* The largest squared distance from centre a to the centres of its hint (as               \
-     * fill_list computes them): at least width others lie within it. */                       \
-    static inline T hint_limit_##SUFFIX(const T *restrict CT, int64_t kp, int64_t d,           \
-                                        int64_t a, const int32_t *restrict hint,               \
-                                        int64_t width) {                                       \
-        T limit = 0;                                                                           \
-        for (int64_t r = 0; r < width; r++) {                                                  \
-            if (hint[r] < 0 || hint[r] == a) return (T)INFINITY;                               \
-            T s = 0;                                                                           \
-            for (int64_t t = 0; t < d; t++) {                                                  \
-                const T diff = CT[t * kp + hint[r]] - CT[t * kp + a];                          \
-                s += diff * diff;                                                              \
-            }                                                                                  \
-            limit = s > limit ? s : limit;                                                     \
-        }                                                                                      \
-        return limit;                                                                          \
     }                                                                                          \
                                                                                                \
     /* Four times the squared distances from centre a (its column of CT broadcast in ca,       \
@@ -454,6 +470,20 @@
             s += diff * diff;                                                                  \
         }                                                                                      \
         return s;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    /* Inserts centre c at v (four times its squared gap) into a list (o, g) that holds       \
+     * *held of at most width, nearest first (an equal gap goes after: ties keep the lower     \
+     * index first when the centres come in order). */                                        \
+    static inline void keep_nearest_##SUFFIX(int32_t *restrict o, T *restrict g,              \
+                                             int64_t *held, int64_t width, int64_t c, T v) {   \
+        int64_t r = *held < width ? (*held)++ : width - 1;                                     \
+        for (; r > 0 && g[r - 1] > v; r--) {                                                   \
+            g[r] = g[r - 1];                                                                   \
+            o[r] = o[r - 1];                                                                   \
+        }                                                                                      \
+        g[r] = v;                                                                              \
+        o[r] = (int32_t)c;                                                                     \
     }                                                                                          \
                                                                                                \
     /* Centre a's list (o, g: four times the squared gaps) of its `width` nearest others among \
@@ -478,17 +508,41 @@
             for (int64_t c = j; c < j + G * LANES; c++) {                                      \
                 const T v = s[(c - j) / LANES][(c - j) % LANES];                               \
                 if (c >= k || c == a || !(held < width ? v <= limit : v < limit)) continue;    \
-                int64_t r = held < width ? held++ : width - 1;                                 \
-                for (; r > 0 && g[r - 1] > v; r--) {                                           \
-                    g[r] = g[r - 1];                                                           \
-                    o[r] = o[r - 1];                                                           \
-                }                                                                              \
-                g[r] = v;                                                                      \
-                o[r] = (int32_t)c;                                                             \
+                keep_nearest_##SUFFIX(o, g, &held, width, c, v);                               \
                 if (held == width) limit = g[width - 1];                                       \
             }                                                                                  \
         }                                                                                      \
         return held;                                                                           \
+    }                                                                                          \
+                                                                                               \
+    /* Centre a's list as a bounded pass reads it, from o and g (held entries, four times the  \
+     * squared gaps): the gaps, each at most tail (a bound on the gap of every centre not      \
+     * listed), -1 and +inf past held; and its slice of nb (c_sq, then the columns of CT). */  \
+    static inline void store_list_##SUFFIX(const T *restrict CT, const T *restrict c_sq,       \
+                                           int64_t kp, int64_t d, int64_t width, int64_t held, \
+                                           T tail, int32_t *restrict o, T *restrict g,         \
+                                           T *restrict list) {                                 \
+        for (int64_t r = 0; r < width; r++) {                                                  \
+            const int real = r < held;                                                         \
+            const T gap = real ? (T)0.5 * ROOT(T, g[r]) : (T)INFINITY;                         \
+            g[r] = gap < tail ? gap : tail;                                                    \
+            o[r] = real ? o[r] : -1;                                                           \
+            list[r] = real ? c_sq[o[r]] : (T)INFINITY;                                         \
+            for (int64_t t = 0; t < d; t++)                                                    \
+                list[(1 + t) * width + r] = real ? CT[t * kp + o[r]] : (T)0;                   \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* Centre a's exact list, its search bounded by start (four times a squared gap within     \
+     * which at least width others lie, or +inf); see centre_neighbours. */                    \
+    static inline void exact_list_##SUFFIX(const T *restrict CT, const T *restrict c_sq,       \
+                                           int64_t kp, int64_t k, int64_t d, int64_t width,    \
+                                           int64_t a, T start, int32_t *restrict o,            \
+                                           T *restrict g, T *restrict list) {                  \
+        int64_t held = fill_list_##SUFFIX(CT, kp, k, d, width, a, start, o, g);                \
+        if (held < width && start < (T)INFINITY) /* rounding left a hinted centre out */       \
+            held = fill_list_##SUFFIX(CT, kp, k, d, width, a, (T)INFINITY, o, g);              \
+        store_list_##SUFFIX(CT, c_sq, kp, d, width, held, (T)INFINITY, o, g, list);            \
     }                                                                                          \
                                                                                                \
     /* The `width` nearest other centres of each centre a in [from, to), nearest first (ties:  \
@@ -497,44 +551,76 @@
      * others exist), gap (k x width, the distances, +inf past the others) and, for the        \
      * rows' scans, nb (k x (d + 1) x width): each list's c_sq, then its columns of CT, so     \
      * that LANES partial distances of a list are d + 1 vector loads. width: a multiple of     \
-     * LANES. hint (k x width, or NULL): any width others of each centre (the last lists):     \
-     * the farthest of them bounds the list's last gap, so few others are inserted. */         \
+     * LANES. */                                                                               \
     void centre_neighbours_##SUFFIX(const T *restrict CT, const T *restrict c_sq, int64_t kp,  \
                                     int64_t k, int64_t d, int64_t width, int64_t from,         \
-                                    int64_t to, const int32_t *restrict hint,                  \
-                                    int32_t *restrict order, T *restrict gap,                  \
+                                    int64_t to, int32_t *restrict order, T *restrict gap,      \
                                     T *restrict nb) {                                          \
-        for (int64_t a = from; a < to; a++) {                                                  \
-            int32_t *o = order + a * width;                                                    \
-            T *g = gap + a * width;                                                            \
-            T start = (T)INFINITY;                                                             \
-            if (hint && k > width)                                                             \
-                start = hint_limit_##SUFFIX(CT, kp, d, a, hint + a * width, width);            \
-            int64_t held = fill_list_##SUFFIX(CT, kp, k, d, width, a, start, o, g);            \
-            if (held < width && start < (T)INFINITY) /* rounding left a hinted centre out */   \
-                held = fill_list_##SUFFIX(CT, kp, k, d, width, a, (T)INFINITY, o, g);          \
-            T *list = nb + a * (d + 1) * width;                                                \
-            for (int64_t r = 0; r < width; r++) {                                              \
-                const int real = r < held;                                                     \
-                g[r] = real ? (T)(0.5 * sqrt((double)g[r])) : (T)INFINITY;                     \
-                o[r] = real ? o[r] : -1;                                                       \
-                list[r] = real ? c_sq[o[r]] : (T)INFINITY;                                     \
-                for (int64_t t = 0; t < d; t++)                                                \
-                    list[(1 + t) * width + r] = real ? CT[t * kp + o[r]] : (T)0;               \
-            }                                                                                  \
-        }                                                                                      \
+        for (int64_t a = from; a < to; a++)                                                    \
+            exact_list_##SUFFIX(CT, c_sq, kp, k, d, width, a, (T)INFINITY, order + a * width,  \
+                                gap + a * width, nb + a * (d + 1) * width);                    \
     }                                                                                          \
                                                                                                \
-    /* The second smallest of own and the lanes' best and next (each lane's two smallest). */  \
-    static inline T second_so_far_##SUFFIX(V best, V next, T own) {                            \
-        T first = own, second = (T)INFINITY;                                                   \
-        for (int l = 0; l < LANES; l++) {                                                      \
-            const T b = best[l], bigger = b < first ? first : b;                               \
-            second = bigger < second ? bigger : second;                                        \
-            second = next[l] < second ? next[l] : second;                                      \
-            first = b < first ? b : first;                                                     \
+    /* Lists as centre_neighbours makes them, kept up from the last ones (old_order,           \
+     * old_gap: made, or kept up, at centres that have since moved by own[a] each) where the   \
+     * triangle inequality allows. A centre j not in a's old list was at least old_gap[a][     \
+     * width - 1] from c_a, so it is now at least tail = that - own[a] - own[j]; own[j] is at  \
+     * most rest but for the n_movers centres `movers` (mover[j] != 0), which moved farther.   \
+     * So a's new list is the nearest width of its old list and the movers, their gaps exact   \
+     * and each at most tail: what the rows' scans need (every centre past a list position,    \
+     * listed or not, at least its gap from c_a), and the next upkeep's tail. Where tail       \
+     * falls below the gap at list position keep, a scan would stop at the tail early, and     \
+     * the list is made exact again (bounded by its candidates, as a hint). Returns the lists  \
+     * made exact. k > width. */                                                               \
+    int64_t refresh_neighbours_##SUFFIX(const T *restrict CT, const T *restrict c_sq,          \
+                                        int64_t kp, int64_t k, int64_t d, int64_t width,       \
+                                        int64_t from, int64_t to,                              \
+                                        const int32_t *restrict old_order,                     \
+                                        const T *restrict old_gap, const T *restrict own,      \
+                                        T rest, const uint8_t *restrict mover,                 \
+                                        const int32_t *restrict movers, int64_t n_movers,      \
+                                        int64_t keep, int32_t *restrict order,                 \
+                                        T *restrict gap, T *restrict nb) {                     \
+        int64_t exact = 0;                                                                     \
+        for (int64_t a = from; a < to; a++) {                                                  \
+            int32_t *o = order + a * width;                                                    \
+            T *g = gap + a * width, *list = nb + a * (d + 1) * width;                          \
+            const int32_t *last = old_order + a * width;                                       \
+            const T was = old_gap[a * width + width - 1];                                      \
+            /* less the rounding of the old gap and of the moves, with room to spare */        \
+            const T tail = was - own[a] - rest - 8 * EPS_OF(T) * (was + own[a] + rest);        \
+            int64_t held = 0;                                                                  \
+            for (int64_t r = 0; r < width + n_movers; r++) {                                   \
+                const int64_t j = r < width ? last[r] : movers[r - width];                     \
+                if (j < 0 || j == a || (r < width && mover[j])) continue;                      \
+                T v = 0;                                                                       \
+                for (int64_t t = 0; t < d; t++) {                                              \
+                    const T diff = CT[t * kp + j] - CT[t * kp + a];                            \
+                    v += diff * diff;                                                          \
+                }                                                                              \
+                if (held < width || v < g[width - 1])                                          \
+                    keep_nearest_##SUFFIX(o, g, &held, width, j, v);                           \
+            }                                                                                  \
+            const T kept = held == width ? (T)0.5 * ROOT(T, g[keep]) : (T)INFINITY;            \
+            if (tail >= kept && tail == tail) {                                                \
+                store_list_##SUFFIX(CT, c_sq, kp, d, width, held, tail, o, g, list);           \
+                continue;                                                                      \
+            }                                                                                  \
+            exact++;                                                                           \
+            const T start = held == width ? g[width - 1] : (T)INFINITY;                        \
+            exact_list_##SUFFIX(CT, c_sq, kp, k, d, width, a, start, o, g, list);              \
         }                                                                                      \
-        return second;                                                                         \
+        return exact;                                                                          \
+    }                                                                                          \
+                                                                                               \
+    /* At least the second smallest of own and the lanes' best and next (each lane's two       \
+     * smallest), exactly that unless two lanes tie for the smallest best: where own is not    \
+     * below the least best, the lanes holding it offer their next instead. */                 \
+    static inline T second_so_far_##SUFFIX(V best, V next, T own) {                            \
+        const T least = hmin_##SUFFIX(best);                                                   \
+        if (own < least) return least;                                                         \
+        const T rest = hmin_##SUFFIX(select_##SUFFIX(best == least, next, best));              \
+        return rest < own ? rest : own;                                                        \
     }                                                                                          \
                                                                                                \
     /* Row x's nearest centre from its old one a's neighbour list (centre_neighbours), where   \
@@ -593,7 +679,7 @@
             second = own < second ? own : second;                                              \
         }                                                                                      \
         T second_dist = second + x_sq;                                                         \
-        second_dist = (T)sqrt((double)(second_dist < (T)0 ? (T)0 : second_dist));              \
+        second_dist = ROOT(T, second_dist < (T)0 ? (T)0 : second_dist);                        \
         if (!decided) { /* past the list: at least tail from x */                              \
             const T tail = gap[width - 1] - margin - u;                                        \
             if (!(tail > 0 && tail * tail >= b + x_sq)) return 0;                              \
@@ -633,16 +719,19 @@
      * distance to the nearest other centre, less the margin), and only the rows whose         \
      * bounds fail are labelled again (their min_dist set) and, if their label changed,        \
      * moved between the sums: from their old centre's neighbour list where nb is not NULL     \
-     * and it decides (centre_neighbours: nb, order, gap, width; counts, if not NULL, gets     \
-     * how many rows the lists decided and the candidates they computed), else against         \
-     * every centre, ROWS at a time in the rows' order. Returns the rows labelled again. */    \
+     * and it decides (centre_neighbours: nb, order, gap, width; near: the farthest any        \
+     * centre of each list moved, which with the lists' last gaps moves the lower bounds       \
+     * less than others; counts, if not NULL, gets how many rows the lists decided and the     \
+     * candidates they computed), else against every centre, ROWS at a time in the rows'      \
+     * order. Returns the rows labelled again. */                                              \
     int64_t lloyd_bounded_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                  \
                                    const T *restrict x_sq, const T *restrict CT,               \
                                    const T *restrict c_sq, int64_t kp, const T *restrict w,    \
                                    int64_t *restrict labels, T *restrict min_dist,             \
                                    T *restrict upper, T *restrict lower,                       \
                                    const T *restrict own, const T *restrict others,            \
-                                   const T *restrict half_gap, T margin,                       \
+                                   const T *restrict near, const T *restrict half_gap,         \
+                                   T margin,                                                   \
                                    const T *restrict nb, const int32_t *restrict order,        \
                                    const T *restrict gap, int64_t width, int64_t *counts,      \
                                    double *restrict num, double *restrict den, int start) {    \
@@ -655,7 +744,8 @@
         int waiting = 0;                                                                       \
         for (int64_t i = 0; i < m; i++) {                                                      \
             if (!start && bounds_hold_##SUFFIX(X + i * d, d, CT, kp, labels[i], upper + i,     \
-                                               lower + i, own, others, half_gap, margin))      \
+                                               lower + i, own, others, nb ? near : NULL, gap,  \
+                                               width, half_gap, margin))                       \
                 continue;                                                                      \
             relabelled++;                                                                      \
             if (!start && nb &&                                                                \

@@ -56,8 +56,9 @@ DIRECT_MAX_FEATURES = 32
 #: The kernel reads this many columns at a time: padded widths are multiples of it.
 LANES = 8
 SOURCE = Path(__file__).with_name("lloyd_kernel.c")
-#: Compiler flags, best first: a build for this CPU, then a portable one.
-FLAG_SETS = (("-O3", "-march=native"), ("-O3",))
+#: Compiler flags, best first: a build for this CPU, then a portable one (no ``errno``
+#: from the roots: a root is then one instruction, not a call guarded by a test).
+FLAG_SETS = (("-O3", "-march=native", "-fno-math-errno"), ("-O3", "-fno-math-errno"))
 #: Seconds a build may take before it is given up (the passes then stay in torch).
 BUILD_TIMEOUT_S = 120
 
@@ -172,11 +173,15 @@ def library() -> ctypes.CDLL | None:
                 fn.argtypes = [_P, _I, _I, _I, _P, _SCALAR[dtype], _P, _P, _P, _P]
                 fn = getattr(lib, f"lloyd_bounded_{suffix}")
                 fn.restype = ctypes.c_int64
-                fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 8, _SCALAR[dtype]]
+                fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 9, _SCALAR[dtype]]
                 fn.argtypes += [_P, _P, _P, _I, _P, _P, _P, ctypes.c_int]
                 fn = getattr(lib, f"centre_neighbours_{suffix}")
                 fn.restype = None
-                fn.argtypes = [_P, _P, *[_I] * 6, _P, _P, _P, _P]
+                fn.argtypes = [_P, _P, *[_I] * 6, _P, _P, _P]
+                fn = getattr(lib, f"refresh_neighbours_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [_P, _P, *[_I] * 6, _P, _P, _P, _SCALAR[dtype], _P, _P, _I, _I]
+                fn.argtypes += [_P, _P, _P]
                 fn = getattr(lib, f"lloyd_update_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _P, _P, _I, _I, ctypes.c_double, ctypes.c_double, _P, _P, _P]
@@ -240,6 +245,54 @@ class Neighbours:
     @property
     def width(self) -> int:
         return self.order.shape[1]
+
+    def pointers(self) -> tuple[int, int, int]:
+        """``order``, ``gap`` and ``lists`` as the kernel takes them."""
+        return self.order.data_ptr(), self.gap.data_ptr(), self.lists.data_ptr()
+
+
+def _list_shape(
+    centres: Centres, k: int, into: Neighbours, span: slice
+) -> tuple[int, int, int, int, int, int, int, int]:
+    """The arguments every neighbour-list call of the kernel starts with: the centres
+    (direct distances), ``k``, the features, the lists' width and the span's bounds."""
+    assert centres.CT is not None
+    start, stop, _ = span.indices(k)
+    CT = centres.CT
+    return (
+        CT.data_ptr(),
+        centres.c_sq.data_ptr(),
+        centres.width,
+        k,
+        CT.shape[0],
+        into.width,
+        start,
+        stop,
+    )
+
+
+@dataclass
+class NeighbourMoves:
+    """How the centres moved since their last neighbour lists were made: ``own`` (``k``,
+    each centre's move), the ``movers`` (int32 indices of the centres that moved farthest,
+    and ``mask``, ``k`` uint8 flags of them) and ``rest``, a bound on every other centre's
+    move."""
+
+    own: torch.Tensor
+    movers: torch.Tensor
+    mask: torch.Tensor
+    rest: float
+
+    @classmethod
+    def between(cls, before: torch.Tensor, after: torch.Tensor, movers: int) -> NeighbourMoves:
+        """The moves from centres ``before`` to ``after``, the ``movers`` farthest apart."""
+        own = (after - before).square_().sum(dim=1).sqrt_()
+        movers = min(movers, own.shape[0] - 1)
+        top = torch.topk(own, movers + 1)
+        mask = torch.zeros(own.shape[0], dtype=torch.uint8)
+        mask[top.indices[:movers]] = 1
+        picked = top.indices[:movers].to(torch.int32).contiguous()
+        return cls(own.contiguous(), picked, mask, float(top.values[movers]))
 
 
 @dataclass
@@ -338,6 +391,7 @@ class LloydKernel:
         self._fn = getattr(lib, f"lloyd_block_{_SUFFIX[dtype]}")
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self._neighbours = getattr(lib, f"centre_neighbours_{_SUFFIX[dtype]}")
+        self._refresh = getattr(lib, f"refresh_neighbours_{_SUFFIX[dtype]}")
         self._farthest = getattr(lib, f"farthest_picks_{_SUFFIX[dtype]}")
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._sum_sq = getattr(lib, f"weighted_sum_sq_{_SUFFIX[dtype]}")
@@ -469,7 +523,8 @@ class LloydKernel:
         bounds ``(upper, lower)`` set and its weight added to the float64 sums; with a
         ``drift`` only the rows whose moved bounds fail are labelled again (their
         ``min_dist`` written) and moved between the sums, from their old centre's
-        ``neighbours`` where those decide the nearest, else against every centre.
+        ``neighbours`` where those decide the nearest, else against every centre (with
+        lists, ``drift.near`` moves the lower bounds: see :class:`~rbfkm_engine.bounds.Drift`).
         Returns the rows labelled, how many of them the lists decided, and the
         candidates those computed."""
         assert centres.CT is not None
@@ -491,6 +546,7 @@ class LloydKernel:
             bounds[1].data_ptr(),
             None if drift is None else drift.own.data_ptr(),
             None if drift is None else drift.others.data_ptr(),
+            None if nb is None or drift is None or drift.near is None else drift.near.data_ptr(),
             None if drift is None else drift.half_gap.data_ptr(),
             margin,
             None if nb is None else nb.lists.data_ptr(),
@@ -510,27 +566,42 @@ class LloydKernel:
         k: int,
         into: Neighbours,
         span: slice,
-        hint: torch.Tensor | None = None,
     ) -> None:
         """The neighbour lists of the centres ``span`` (of ``k``, laid out for direct
-        distances) into ``into``; spans may be filled on different threads. ``hint``:
-        any ``into.width`` other centres of each (the last lists' ``order``), which
-        make the lists cheaper, not different."""
-        assert centres.CT is not None
-        start, stop, _ = span.indices(k)
-        self._neighbours(
-            centres.CT.data_ptr(),
-            centres.c_sq.data_ptr(),
-            centres.width,
-            k,
-            centres.CT.shape[0],
-            into.width,
-            start,
-            stop,
-            None if hint is None else hint.data_ptr(),
-            into.order.data_ptr(),
-            into.gap.data_ptr(),
-            into.lists.data_ptr(),
+        distances) into ``into``, each by a scan of every centre; spans may be filled on
+        different threads."""
+        self._neighbours(*_list_shape(centres, k, into, span), *into.pointers())
+
+    def refresh_neighbours(
+        self,
+        centres: Centres,
+        k: int,
+        into: Neighbours,
+        span: slice,
+        last: Neighbours,
+        moves: NeighbourMoves,
+        keep: int,
+    ) -> int:
+        """The neighbour lists of the centres ``span`` kept up from ``last`` (made at
+        centres that have since moved as ``moves`` says) into ``into``: what
+        :meth:`neighbours` gives a bounded pass, where the triangle inequality allows
+        without a scan of every centre (``refresh_neighbours`` in the kernel). A list whose
+        bound on the centres it leaves out falls below its gap at position ``keep`` is
+        made as :meth:`neighbours` makes it. Returns the lists so made; needs ``k`` above
+        the lists' width."""
+        assert k > into.width
+        moved = (moves.own.data_ptr(), moves.rest, moves.mask.data_ptr())
+        return int(
+            self._refresh(
+                *_list_shape(centres, k, into, span),
+                last.order.data_ptr(),
+                last.gap.data_ptr(),
+                *moved,
+                moves.movers.data_ptr(),
+                moves.movers.numel(),
+                keep,
+                *into.pointers(),
+            )
         )
 
     def farthest_pick(

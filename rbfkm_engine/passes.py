@@ -27,7 +27,7 @@ import torch
 from . import fused
 from .assign import EStep, responsibilities
 from .blocks import iter_chunks
-from .bounds import Bounds
+from .bounds import Bounds, near_drift
 from .distances import squared_distances, squared_norms
 from .memory import gather_block_rows
 from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
@@ -37,6 +37,7 @@ from .native import (
     MOVE,
     Centres,
     LloydKernel,
+    NeighbourMoves,
     Neighbours,
     Rows,
     SoftMap,
@@ -82,6 +83,13 @@ NEIGHBOUR_ROW_COST = 16
 NEIGHBOUR_MIN_GAIN = 4
 #: Passes without lists after a pass where they did not pay (doubling each time).
 NEIGHBOUR_PAUSE = 8
+#: A pass's lists are kept up from the last ones: every centre's list is checked against
+#: its old entries and the ``k / NEIGHBOUR_MOVER_SHARE`` centres that moved farthest
+#: since, and a bound on every other centre's move tells which lists may miss a centre
+#: (made again by a scan of every centre). Later Lloyd passes move most centres little,
+#: so few lists are made again (benchmarks/README.md, "Lloyd at large k").
+NEIGHBOUR_MOVER_SHARE = 16
+NEIGHBOUR_KEEP = 16
 #: A pass that holds no ``(rows, k)`` distance block (a kernel pass on direct distances,
 #: a pass of per-row gathers) may take blocks larger than :attr:`Workspace.chunk_size`
 #: (which keeps a block's distances in cache): at most ``BIG_BLOCK_ROWS`` rows,
@@ -126,13 +134,14 @@ class NeighbourUse:
             return False
         return True
 
-    def record(self, k: int, relabelled: int, decided: int, scanned: int) -> None:
+    def record(self, k: int, relabelled: int, decided: int, scanned: int, made: int) -> None:
         """A pass with lists at ``k`` centres: ``relabelled`` rows, ``decided`` of them by
-        the lists, which computed ``scanned`` candidates."""
+        the lists, which computed ``scanned`` candidates, and ``made`` gaps between centres
+        computed to make the lists."""
         if relabelled == 0:
             cost = math.inf
         else:
-            candidates = scanned + (relabelled - decided) * k + k * k
+            candidates = scanned + (relabelled - decided) * k + made
             cost = candidates / relabelled + NEIGHBOUR_ROW_COST
         if k >= NEIGHBOUR_MIN_GAIN * cost:
             self._pause = NEIGHBOUR_PAUSE
@@ -204,8 +213,10 @@ class Workspace:
         # first), which hold while ``_hard_sums`` does; and ``sum_i w_i ||x_i||^2`` in
         # float64, from which a pass that skipped rows has its inertia.
         self._bounds: Bounds | None = None
-        # The last neighbour lists' order (:meth:`_neighbours`): the next lists' hint.
-        self._neighbour_hint: torch.Tensor | None = None
+        # The last neighbour lists and the centres they were made at (:meth:`_neighbours`),
+        # from which the next are kept up.
+        self._neighbour_last: tuple[Neighbours, torch.Tensor] | None = None
+        self._neighbours_made = 0
         self._neighbour_use = NeighbourUse()
         self._sum_sq: torch.Tensor | None = None
         # Per thread: the distance block and the argmin keys' block, reused by every pass
@@ -602,6 +613,8 @@ class Workspace:
         drift = bounds.drift(C, gap) if warm else None
         if drift is None:
             bounds.start(C)
+        elif neighbours is not None:
+            drift.near = near_drift(drift.own, neighbours.order)
 
         def block(rows: slice) -> _BoundedPart:
             part_num, part_den = torch.zeros_like(num), torch.zeros_like(den)
@@ -631,7 +644,7 @@ class Workspace:
                 total += part_inertia
             counts = [a + b for a, b in zip(counts, part_counts, strict=True)]
         if neighbours is not None:
-            self._neighbour_use.record(C.shape[0], *counts)
+            self._neighbour_use.record(C.shape[0], *counts, made=self._neighbours_made)
         if drift is None:
             return total
         bounds.stale = True
@@ -648,7 +661,9 @@ class Workspace:
 
     def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
         """Each centre's nearest others for a warm bounded pass at ``C`` (see
-        :data:`NEIGHBOUR_MIN_K`), where the lists take no more room than the rows."""
+        :data:`NEIGHBOUR_MIN_K`), where the lists take no more room than the rows: kept
+        up from the last lists where they are of the same centres (see
+        :data:`NEIGHBOUR_MOVER_SHARE`), else made by a scan of every centre."""
         k, d = C.shape
         if k < NEIGHBOUR_MIN_K or k * NEIGHBOUR_WIDTH > self.X.shape[0]:
             return None
@@ -657,12 +672,23 @@ class Workspace:
         kernel = self.kernel
         assert kernel is not None
         into = Neighbours.empty(k, d, NEIGHBOUR_WIDTH, C.dtype)
-        hint = self._neighbour_hint
-        hint = hint if hint is not None and hint.shape == into.order.shape else None
         spans = list(iter_chunks(k, NEIGHBOUR_SPAN))
-        for _ in self.pool.map(lambda span: kernel.neighbours(centres, k, into, span, hint), spans):
-            pass
-        self._neighbour_hint = into.order
+        last = self._neighbour_last
+        if last is None or last[1].shape != C.shape or k <= NEIGHBOUR_WIDTH:
+            for _ in self.pool.map(lambda span: kernel.neighbours(centres, k, into, span), spans):
+                pass
+            self._neighbours_made = k * k
+        else:
+            lists, before = last
+            moves = NeighbourMoves.between(before, C, max(1, k // NEIGHBOUR_MOVER_SHARE))
+            keep = NEIGHBOUR_KEEP
+
+            def refresh(span: slice) -> int:
+                return kernel.refresh_neighbours(centres, k, into, span, lists, moves, keep)
+
+            exact = sum(self.pool.map(refresh, spans))
+            self._neighbours_made = k * (NEIGHBOUR_WIDTH + moves.movers.numel()) + exact * k
+        self._neighbour_last = (into, C.clone())
         return into
 
     def _inertia_of_sums(
@@ -807,8 +833,18 @@ class Workspace:
         """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia.
 
         Without hints (ties go to the lowest index): ``RBFKMeans.predict`` runs this same
-        pass, so the fit's final labels are its labels.
+        pass, so the fit's final labels are its labels. Where the last pass was a Lloyd
+        pass with bounds (``C``: its centres moved, as at the end of a Lloyd phase), this
+        one is a warm pass of them too: its labels are those of a pass over every centre,
+        as a bounded pass keeps a row only where its computed distances would keep it,
+        and a row its centre's neighbour list decides is decided by the same partial
+        distances (see :mod:`.bounds`).
         """
+        if self.kernel is not None and self._hard_sums is not None:
+            bounds = self._bounds
+            if bounds is not None and bounds.usable(C) and not self.whole_passes:
+                num, den = self._hard_sums
+                return self._summed(self._fused_pass(C, MOVE, num, den))
         self._forget_lloyd_state()
         if self.whole_passes:
             self._nearest_everywhere(C, exact=True)

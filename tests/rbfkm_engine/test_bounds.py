@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rbfkm_engine import RBFKMeans, native, passes
-from rbfkm_engine.bounds import Bounds, half_gaps, rounding_margin
+from rbfkm_engine.bounds import Bounds, half_gaps, near_drift, rounding_margin
 
 needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler"
@@ -39,6 +39,12 @@ def test_drift_gives_each_centre_the_largest_move_of_the_others() -> None:
     assert drift.own.tolist() == [0.0, 3.0, 0.0, 2.0]
     assert drift.others.tolist() == [3.0, 2.0, 3.0, 3.0]
     assert torch.equal(b.centres, moved)
+
+
+def test_near_drift_is_the_largest_move_in_each_list() -> None:
+    own = torch.tensor([0.5, 0.0, 2.0, 0.25])
+    order = torch.tensor([[1, 3], [0, 3], [3, -1], [-1, -1]], dtype=torch.int32)
+    assert near_drift(own, order).tolist() == [0.25, 0.5, 0.25, 0.0]
 
 
 def test_the_margin_grows_with_the_norms_and_shrinks_with_precision() -> None:
@@ -164,3 +170,26 @@ def test_rows_are_relabelled_from_their_centres_neighbour_lists(dtype: torch.dty
     lists.gap.mul_(100.0)
     kernel.bounded_block(rows, centres, bounds, drift, b.margin, num, den, lists)
     assert not torch.equal(labels, nearest.argmin(dim=1))
+
+
+@needs_compiler
+@pytest.mark.parametrize("k", [12, 200])
+def test_labels_after_lloyd_with_bounds_are_those_of_every_centre(k: int) -> None:
+    """The E-step that ends a Lloyd phase runs on the phase's bounds (and at large k its
+    neighbour lists): the labels of a pass over every centre, the same inertia."""
+    gen = torch.Generator().manual_seed(3)
+    X = torch.randn(30_000, 3, generator=gen)
+    ws = passes.Workspace(X, None, k, 2048)
+    C = X[:k].clone()
+    for iteration in range(6):
+        C, _, _ = ws.lloyd_iteration(C, warm=iteration > 0)
+    inertia = ws.hard_labels(C)
+    assert ws._bounds is not None and ws._bounds.usable(C)  # a bounded pass labelled them
+    labels = ws.labels.clone()
+    ws._forget_lloyd_state()
+    expected = ws.hard_labels(C)  # a pass over every centre
+    assert torch.equal(labels, ws.labels)
+    assert torch.equal(labels, torch.cdist(X.double(), C.double()).argmin(dim=1))
+    assert inertia == pytest.approx(expected, rel=1e-6)
+    exact = (X.double() - C.double()[labels]).square().sum()
+    assert inertia == pytest.approx(float(exact), rel=1e-9)

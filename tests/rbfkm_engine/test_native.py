@@ -371,14 +371,12 @@ def test_a_hartigan_sweep_keeps_every_cluster() -> None:
     assert state.labels.tolist() == [0, 0, 0, 1, 0] and state.mass.tolist() == [4.0, 1.0, 0.0]
 
 
-def neighbour_lists(
-    kernel: native.LloydKernel, C: torch.Tensor, width: int, hint: torch.Tensor | None = None
-) -> native.Neighbours:
+def neighbour_lists(kernel: native.LloydKernel, C: torch.Tensor, width: int) -> native.Neighbours:
     k, d = C.shape
     centres = kernel.centres(C, passes.row_reduction_width(k, C.device), direct=True)
     into = native.Neighbours.empty(k, d, width, C.dtype)
-    kernel.neighbours(centres, k, into, slice(0, k // 2), hint)  # two spans
-    kernel.neighbours(centres, k, into, slice(k // 2, k), hint)
+    kernel.neighbours(centres, k, into, slice(0, k // 2))  # two spans
+    kernel.neighbours(centres, k, into, slice(k // 2, k))
     return into
 
 
@@ -400,10 +398,90 @@ def test_neighbour_lists_are_each_centres_nearest_others(dtype: torch.dtype, k: 
     named = lists.order[:, :held].long()
     torch.testing.assert_close(lists.lists[:, 0, :held], C.square().sum(dim=1)[named])
     torch.testing.assert_close(lists.lists[:, 1:, :held], -2 * C[named].transpose(1, 2))
-    # A hint (any width others of each centre: here the lists of other centres) changes
-    # what is inserted on the way, not the lists.
-    moved = C + 0.01 * torch.randn(k, 3, generator=gen, dtype=torch.float64).to(dtype)
-    hinted = neighbour_lists(kernel, moved, width, hint=lists.order)
+
+
+def refreshed_lists(
+    kernel: native.LloydKernel,
+    last: native.Neighbours,
+    before: torch.Tensor,
+    after: torch.Tensor,
+    movers: int,
+    keep: int = 8,
+) -> tuple[native.Neighbours, int]:
+    """The lists at ``after`` kept up from ``last`` (made at ``before``), two spans; and
+    how many were made exact."""
+    k, d = after.shape
+    centres = kernel.centres(after, passes.row_reduction_width(k, after.device), direct=True)
+    into = native.Neighbours.empty(k, d, last.width, after.dtype)
+    moves = native.NeighbourMoves.between(before, after, movers)
+    exact = sum(
+        kernel.refresh_neighbours(centres, k, into, span, last, moves, keep)
+        for span in (slice(0, k // 2), slice(k // 2, k))
+    )
+    return into, exact
+
+
+def assert_lists_bound_every_gap(lists: native.Neighbours, C: torch.Tensor) -> None:
+    """What a row's scan needs of a list: the centres it names with their exact gaps (up
+    to rounding) where below the tail, and each gap at most that of every centre listed
+    after it or not listed at all."""
+    D = torch.cdist(C.double(), C.double()).fill_diagonal_(float("inf"))
+    named = lists.order.long()
+    gap = lists.gap.double()
+    assert (named >= 0).all() and (gap[:, 1:] >= gap[:, :-1]).all()
+    true_listed = D.gather(1, named)
+    assert (gap <= true_listed * (1 + 1e-5) + 1e-6).all()
+    exact = gap < gap[:, -1:]
+    torch.testing.assert_close(gap[exact], true_listed[exact], rtol=1e-5, atol=1e-6)
+    outside = D.clone().scatter_(1, named, float("inf")).amin(dim=1)
+    assert (gap[:, -1] <= outside * (1 + 1e-5) + 1e-6).all()
+    # Each list's vectors are those of the centres it names.
+    torch.testing.assert_close(lists.lists[:, 0], C.square().sum(dim=1)[named])
+    torch.testing.assert_close(lists.lists[:, 1:], -2 * C[named].transpose(1, 2))
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lists_kept_up_through_small_moves_bound_every_gap(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(0)
+    k, width = 400, 16
+    C = torch.randn(k, 3, generator=gen, dtype=torch.float64).to(dtype)
+    kernel = kernel_for(dtype)
+    lists = neighbour_lists(kernel, C, width)
+    for step in range(6):  # several in a row: each keeps up the last
+        moved = C + 0.002 * torch.randn(k, 3, generator=gen, dtype=torch.float64).to(dtype)
+        # a few centres jump far: the movers, which must reach the lists they land in
+        jumpers = torch.randint(k, (3,), generator=gen)
+        moved[jumpers] = C[(jumpers + 7) % k] + 1e-3
+        lists, exact = refreshed_lists(kernel, lists, C, moved, movers=k // 16)
+        assert_lists_bound_every_gap(lists, moved)
+        assert exact < k // 2, step  # most lists kept up, not made again
+        for j in jumpers.tolist():  # a jumper sits next to a centre: it is in its list
+            assert j in lists.order[(j + 7) % k].tolist() or j == (j + 7) % k
+        C = moved
+
+
+@needs_compiler
+def test_lists_are_made_again_where_the_moves_leave_no_bound() -> None:
+    gen = torch.Generator().manual_seed(1)
+    k, width = 300, 16
+    C = torch.randn(k, 3, generator=gen, dtype=torch.float64)
+    kernel = kernel_for(torch.float64)
+    lists = neighbour_lists(kernel, C, width)
+    # Every centre moves about as far as its neighbours lie: no list can be kept up.
+    moved = C + 0.5 * torch.randn(k, 3, generator=gen, dtype=torch.float64)
+    kept, exact = refreshed_lists(kernel, lists, C, moved, movers=8)
+    assert exact > 0.9 * k
     fresh = neighbour_lists(kernel, moved, width)
-    assert torch.equal(hinted.order, fresh.order)
-    assert torch.equal(hinted.gap, fresh.gap)
+    made = kept.gap[:, -1] == fresh.gap[:, -1]
+    assert made.sum() >= exact
+    assert torch.equal(kept.order[made], fresh.order[made])
+    assert_lists_bound_every_gap(kept, moved)
+    # No move at all: every list is kept, the same lists, their gaps exact but the last,
+    # lowered by a rounding allowance.
+    same, exact = refreshed_lists(kernel, fresh, moved, moved.clone(), movers=8)
+    assert exact == 0
+    assert torch.equal(same.order, fresh.order)
+    assert torch.equal(same.gap[:, :-1], fresh.gap[:, :-1])
+    torch.testing.assert_close(same.gap[:, -1], fresh.gap[:, -1], rtol=1e-14, atol=0)
+    assert (same.gap[:, -1] < fresh.gap[:, -1]).all()

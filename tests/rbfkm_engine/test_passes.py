@@ -563,10 +563,11 @@ def test_the_weighted_sum_of_squares_is_the_same_in_the_kernel_and_in_torch(
 def test_neighbour_lists_pause_while_they_do_not_pay() -> None:
     use = passes.NeighbourUse()
     k = 1000
+    scan = k * k  # lists made by a scan of every centre
     assert use.wanted()
-    use.record(k, relabelled=100_000, decided=99_000, scanned=1_500_000)  # pays
+    use.record(k, relabelled=100_000, decided=99_000, scanned=1_500_000, made=scan)  # pays
     assert use.wanted()
-    use.record(k, relabelled=100_000, decided=40_000, scanned=1_500_000)  # k per undecided row
+    use.record(k, relabelled=100_000, decided=40_000, scanned=1_500_000, made=scan)  # k a row
 
     def skipped() -> int:
         passes_without = 0
@@ -576,12 +577,15 @@ def test_neighbour_lists_pause_while_they_do_not_pay() -> None:
 
     pauses = [skipped()]
     for _ in range(2):  # few rows relabelled: the lists' k^2 dominates
-        use.record(k, relabelled=1_000, decided=1_000, scanned=12_000)
+        use.record(k, relabelled=1_000, decided=1_000, scanned=12_000, made=scan)
         pauses.append(skipped())
     assert pauses == [passes.NEIGHBOUR_PAUSE * 2**i for i in range(3)]
-    use.record(k, relabelled=100_000, decided=100_000, scanned=1_200_000)  # pays again
+    # The same rows with lists kept up (a few dozen gaps a centre): they pay.
+    use.record(k, relabelled=1_000, decided=1_000, scanned=12_000, made=48 * k)
     assert use.wanted()
-    use.record(k, relabelled=0, decided=0, scanned=0)
+    use.record(k, relabelled=100_000, decided=100_000, scanned=1_200_000, made=scan)  # pays
+    assert use.wanted()
+    use.record(k, relabelled=0, decided=0, scanned=0, made=scan)
     assert skipped() == passes.NEIGHBOUR_PAUSE
 
 
@@ -595,7 +599,10 @@ def test_lloyd_makes_neighbour_lists_where_they_pay(d: int, lists: bool) -> None
     ws = workspace_on("kernel", X, None, 256, chunk_size=4096)
     seen: list[tuple[int, int, int]] = []
     record = ws._neighbour_use.record
-    ws._neighbour_use.record = lambda k, *counts: (seen.append(counts), record(k, *counts))
+    ws._neighbour_use.record = lambda k, *counts, made: (
+        seen.append(counts),
+        record(k, *counts, made=made),
+    )
     C = X[:256].clone()
     for iteration in range(6):
         C, _, _ = ws.lloyd_iteration(C, warm=iteration > 0)
