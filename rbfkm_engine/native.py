@@ -250,6 +250,21 @@ class Neighbours:
         """``order``, ``gap`` and ``lists`` as the kernel takes them."""
         return self.order.data_ptr(), self.gap.data_ptr(), self.lists.data_ptr()
 
+    def trace(self, C: torch.Tensor) -> ListTrace:
+        """What the next lists are kept up from, these made at centres ``C``."""
+        return ListTrace(self.order, self.gap, C.clone())
+
+
+@dataclass
+class ListTrace:
+    """What a pass's neighbour lists leave for the next pass to keep its lists up from
+    (:meth:`LloydKernel.refresh_neighbours`): their ``order`` and ``gap`` and the
+    ``centres`` they were made at, not the lists' vectors (as large as the rows)."""
+
+    order: torch.Tensor
+    gap: torch.Tensor
+    centres: torch.Tensor
+
 
 def _list_shape(
     centres: Centres, k: int, into: Neighbours, span: slice
@@ -578,7 +593,7 @@ class LloydKernel:
         k: int,
         into: Neighbours,
         span: slice,
-        last: Neighbours,
+        last: ListTrace,
         moves: NeighbourMoves,
         keep: int,
     ) -> int:

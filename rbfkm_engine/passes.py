@@ -36,6 +36,7 @@ from .native import (
     LABEL,
     MOVE,
     Centres,
+    ListTrace,
     LloydKernel,
     NeighbourMoves,
     Neighbours,
@@ -213,9 +214,8 @@ class Workspace:
         # first), which hold while ``_hard_sums`` does; and ``sum_i w_i ||x_i||^2`` in
         # float64, from which a pass that skipped rows has its inertia.
         self._bounds: Bounds | None = None
-        # The last neighbour lists and the centres they were made at (:meth:`_neighbours`),
-        # from which the next are kept up.
-        self._neighbour_last: tuple[Neighbours, torch.Tensor] | None = None
+        # What the last neighbour lists leave for the next to be kept up from.
+        self._neighbour_last: ListTrace | None = None
         self._neighbours_made = 0
         self._neighbour_use = NeighbourUse()
         self._sum_sq: torch.Tensor | None = None
@@ -674,21 +674,20 @@ class Workspace:
         into = Neighbours.empty(k, d, NEIGHBOUR_WIDTH, C.dtype)
         spans = list(iter_chunks(k, NEIGHBOUR_SPAN))
         last = self._neighbour_last
-        if last is None or last[1].shape != C.shape or k <= NEIGHBOUR_WIDTH:
+        if last is None or last.centres.shape != C.shape or k <= NEIGHBOUR_WIDTH:
             for _ in self.pool.map(lambda span: kernel.neighbours(centres, k, into, span), spans):
                 pass
             self._neighbours_made = k * k
         else:
-            lists, before = last
-            moves = NeighbourMoves.between(before, C, max(1, k // NEIGHBOUR_MOVER_SHARE))
+            moves = NeighbourMoves.between(last.centres, C, max(1, k // NEIGHBOUR_MOVER_SHARE))
             keep = NEIGHBOUR_KEEP
 
             def refresh(span: slice) -> int:
-                return kernel.refresh_neighbours(centres, k, into, span, lists, moves, keep)
+                return kernel.refresh_neighbours(centres, k, into, span, last, moves, keep)
 
             exact = sum(self.pool.map(refresh, spans))
             self._neighbours_made = k * (NEIGHBOUR_WIDTH + moves.movers.numel()) + exact * k
-        self._neighbour_last = (into, C.clone())
+        self._neighbour_last = into.trace(C)
         return into
 
     def _inertia_of_sums(

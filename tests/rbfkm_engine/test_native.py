@@ -414,8 +414,9 @@ def refreshed_lists(
     centres = kernel.centres(after, passes.row_reduction_width(k, after.device), direct=True)
     into = native.Neighbours.empty(k, d, last.width, after.dtype)
     moves = native.NeighbourMoves.between(before, after, movers)
+    trace = last.trace(before)
     exact = sum(
-        kernel.refresh_neighbours(centres, k, into, span, last, moves, keep)
+        kernel.refresh_neighbours(centres, k, into, span, trace, moves, keep)
         for span in (slice(0, k // 2), slice(k // 2, k))
     )
     return into, exact
