@@ -14,7 +14,7 @@ interleaved, best of ``--repeats``:
 and prints ms per iteration, ``lists / none`` and ``policy / best of the two``, with the
 share of relabelled rows the lists decided and the candidates they computed per decided
 row. The shapes: the real colour sets of ``compare.py`` (3 features, k = 256 and 4 096)
-and blobs of 8 to 32 features with two centres per blob.
+and blobs of 8 to 32 features with two centres per blob, k = 128 to 2 048.
 
     python benchmarks/neighbour_lists.py [--repeats 3] [--iters 20]
 """
@@ -45,8 +45,10 @@ from rbfkm_engine import RBFKMeans, passes  # noqa: E402
 BLOBS = [
     ("blobs", 100_000, 16, 128),
     ("blobs", 100_000, 16, 256),
+    ("blobs", 60_000, 24, 384),
     ("blobs", 100_000, 32, 512),
     ("blobs", 200_000, 8, 1024),
+    ("blobs", 150_000, 12, 2048),
 ]
 REAL = ["colours256", "colours4096"]
 

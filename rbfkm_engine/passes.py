@@ -81,9 +81,10 @@ NEIGHBOUR_WIDTH = 32
 #: and the cut in candidates per relabelled row for which the lists are kept (see
 #: :class:`NeighbourUse`; crossover measured on 3 to 32 features, benchmarks/README.md).
 NEIGHBOUR_ROW_COST = 16
-NEIGHBOUR_MIN_GAIN = 4
-#: Passes without lists after a pass where they did not pay (doubling each time).
-NEIGHBOUR_PAUSE = 8
+NEIGHBOUR_MIN_GAIN = 3
+#: Passes without lists after a pass where they did not pay (doubling each time): short,
+#: as the first warm pass after a cold one moves most rows and may misjudge the lists.
+NEIGHBOUR_PAUSE = 2
 #: A pass's lists are kept up from the last ones: every centre's list is checked against
 #: its old entries and the ``k / NEIGHBOUR_MOVER_SHARE`` centres that moved farthest
 #: since, and a bound on every other centre's move tells which lists may miss a centre
