@@ -87,10 +87,14 @@ class Bounds:
 
     def start(self, C: torch.Tensor) -> None:
         """A pass at ``C`` sets every row's bounds."""
-        c_sq_max = float(squared_norms(C).max())
-        self.margin = rounding_margin(self._x_sq_max, c_sq_max, C.shape[1], C.dtype)
+        self.margin = self.margin_at(C)
         self.centres = C.clone()
         self.stale = False
+
+    def margin_at(self, C: torch.Tensor) -> float:
+        """The rounding margin (:func:`rounding_margin`) of the rows' distances to ``C``."""
+        c_sq_max = float(squared_norms(C).max())
+        return rounding_margin(self._x_sq_max, c_sq_max, C.shape[1], C.dtype)
 
     def forget(self) -> None:
         """The labels are about to be written otherwise: the bounds no longer hold."""

@@ -32,6 +32,15 @@
 /* The machine epsilon of T, and the largest value of the signed integer type I. */
 #define EPS_OF(T) ((T)(sizeof(T) == sizeof(float) ? FLT_EPSILON : DBL_EPSILON))
 #define INDEX_MAX(I) ((I)((((uint64_t)1) << (sizeof(I) * 8 - 1)) - 1))
+/* a * b + c in T, rounded once where the target fuses multiply-adds (where the compiler
+ * fuses the vector sums `acc += x * ct`), else twice, as those sums are then. */
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define MUL_ADD(T, a, b, c)                                                                    \
+    (sizeof(T) == sizeof(float) ? (T)fmaf((float)(a), (float)(b), (float)(c))                  \
+                                : (T)fma((double)(a), (double)(b), (double)(c)))
+#else
+#define MUL_ADD(T, a, b, c) ((a) * (b) + (c))
+#endif
 /* The square root of x in T's own precision (a float's root through a double rounds to
  * the same float, at twice the latency). */
 #define ROOT(T, x) (sizeof(T) == sizeof(float) ? (T)sqrtf((float)(x)) : (T)sqrt((double)(x)))
@@ -613,6 +622,16 @@
         return exact;                                                                          \
     }                                                                                          \
                                                                                                \
+    /* Row x's partial distance to centre a, as partials computes it, bit for bit: a fused     \
+     * multiply-add where the target has one (the compiler fuses partials' sums then). */      \
+    static inline T partial_to_##SUFFIX(const T *restrict x, int64_t d,                        \
+                                        const T *restrict CT, const T *restrict c_sq,          \
+                                        int64_t kp, int64_t a) {                               \
+        T s = c_sq[a];                                                                         \
+        for (int64_t t = 0; t < d; t++) s = MUL_ADD(T, x[t], CT[t * kp + a], s);               \
+        return s;                                                                              \
+    }                                                                                          \
+                                                                                               \
     /* At least the second smallest of own and the lanes' best and next (each lane's two       \
      * smallest), exactly that unless two lanes tie for the smallest best: where own is not    \
      * below the least best, the lanes holding it offer their next instead. */                 \
@@ -630,7 +649,8 @@
      * smallest (ties: the lower index). Writes lab, its partial distance p and a lower bound  \
      * on the distance to every other centre, and adds the candidates computed to *scanned;    \
      * returns 0 (lab, p, lower not written) when the list ends before it decides the          \
-     * nearest. The gaps are lowered by the margin. */                                         \
+     * nearest. The gaps are lowered by the margin. second_p (or NULL) gets the partial        \
+     * distance of the second nearest where the list decides it too, else +inf. */             \
     static inline int neighbour_scan_##SUFFIX(const T *restrict x, int64_t d, T x_sq,          \
                                               const T *restrict CT, const T *restrict c_sq,    \
                                               int64_t kp, int64_t a, T u, T margin,            \
@@ -638,9 +658,8 @@
                                               const int32_t *restrict order,                   \
                                               const T *restrict gap, int64_t width,            \
                                               int64_t *lab, T *p, T *lower,                    \
-                                              int64_t *scanned) {                              \
-        T own = c_sq[a];                                                                       \
-        for (int64_t t = 0; t < d; t++) own += x[t] * CT[t * kp + a];                          \
+                                              int64_t *scanned, T *second_p) {                 \
+        const T own = partial_to_##SUFFIX(x, d, CT, c_sq, kp, a);                              \
         V best = (V){0} + (T)INFINITY, next = best;                                            \
         V##_index at = (V##_index){0} - 1; /* padding (-1, +inf) never takes a lane */         \
         int decided = 0;                                                                       \
@@ -680,11 +699,14 @@
         }                                                                                      \
         T second_dist = second + x_sq;                                                         \
         second_dist = ROOT(T, second_dist < (T)0 ? (T)0 : second_dist);                        \
+        int second_known = decided;                                                            \
         if (!decided) { /* past the list: at least tail from x */                              \
             const T tail = gap[width - 1] - margin - u;                                        \
             if (!(tail > 0 && tail * tail >= b + x_sq)) return 0;                              \
+            second_known = tail * tail >= second + x_sq;                                       \
             second_dist = tail < second_dist ? tail : second_dist;                             \
         }                                                                                      \
+        if (second_p) *second_p = second_known ? second : (T)INFINITY;                         \
         *lab = j;                                                                              \
         *p = b;                                                                                \
         *lower = second_dist - margin;                                                         \
@@ -705,7 +727,7 @@
         if (!neighbour_scan_##SUFFIX(b->X + i * d, d, b->x_sq[i], b->CT, b->c_sq, b->kp, a,    \
                                      b->upper[i], b->margin, nb + a * (d + 1) * width,         \
                                      order + a * width, gap + a * width, width, &lab, &p,      \
-                                     &other, scanned))                                         \
+                                     &other, scanned, NULL))                                   \
             return 0;                                                                          \
         bound_row_##SUFFIX(b, 1, i, lab, p, other);                                            \
         return 1;                                                                              \
@@ -764,6 +786,63 @@
             counts[1] = scanned;                                                               \
         }                                                                                      \
         return relabelled;                                                                     \
+    }                                                                                          \
+                                                                                               \
+    /* Each row's nearest and second-nearest centre, as lloyd_block writes them in LABEL mode  \
+     * with second (labels, min_dist, second; returns sum_i w_i min_dist_i in *inertia), from  \
+     * the neighbour list of its centre so far (labels[i], in: any centre) where the triangle  \
+     * inequality decides both (neighbour_scan, u the distance to that centre plus the         \
+     * margin), else against every centre, ROWS at a time. Returns the rows the lists decided  \
+     * and adds the candidates they computed to *scanned. */                                   \
+    int64_t two_nearest_listed_##SUFFIX(const T *restrict X, int64_t m, int64_t d,             \
+                                        const T *restrict x_sq, const T *restrict CT,          \
+                                        const T *restrict c_sq, int64_t kp,                    \
+                                        const T *restrict w, int64_t *restrict labels,         \
+                                        T *restrict min_dist, T *restrict second, T margin,    \
+                                        const T *restrict nb, const int32_t *restrict order,   \
+                                        const T *restrict gap, int64_t width,                  \
+                                        int64_t *scanned, double *inertia) {                   \
+        int64_t decided = 0, pending[ROWS];                                                    \
+        int waiting = 0;                                                                       \
+        double total = 0.0;                                                                    \
+        for (int64_t i = 0; i <= m; i++) {                                                     \
+            if (i < m) {                                                                       \
+                const T *x = X + i * d;                                                        \
+                const int64_t a = labels[i];                                                   \
+                const T own = partial_to_##SUFFIX(x, d, CT, c_sq, kp, a);                      \
+                const T dist = own + x_sq[i];                                                  \
+                const T u = ROOT(T, dist < (T)0 ? (T)0 : dist) + margin;                       \
+                int64_t lab;                                                                   \
+                T p, lower, p2;                                                                \
+                if (neighbour_scan_##SUFFIX(x, d, x_sq[i], CT, c_sq, kp, a, u, margin,         \
+                                            nb + a * (d + 1) * width, order + a * width,       \
+                                            gap + a * width, width, &lab, &p, &lower, scanned, \
+                                            &p2) &&                                            \
+                    p2 < (T)INFINITY) {                                                        \
+                    decided++;                                                                 \
+                    finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, NULL, NULL, 2, i,     \
+                                        lab, p, &total);                                       \
+                    second[i] = p2 + x_sq[i] < (T)0 ? (T)0 : p2 + x_sq[i];                     \
+                    continue;                                                                  \
+                }                                                                              \
+                pending[waiting++] = i;                                                        \
+            }                                                                                  \
+            if (waiting < ROWS && !(i == m && waiting)) continue;                              \
+            const T *xs[ROWS];                                                                 \
+            int64_t lab[ROWS];                                                                 \
+            T p[ROWS], p2[ROWS];                                                               \
+            for (int r = 0; r < ROWS; r++) xs[r] = X + pending[r < waiting ? r : 0] * d;       \
+            nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, p2);                          \
+            for (int r = 0; r < waiting; r++) {                                                \
+                const int64_t j = pending[r];                                                  \
+                finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, NULL, NULL, 2, j, lab[r], \
+                                    p[r], &total);                                             \
+                second[j] = p2[r] + x_sq[j] < (T)0 ? (T)0 : p2[r] + x_sq[j];                   \
+            }                                                                                  \
+            waiting = 0;                                                                       \
+        }                                                                                      \
+        *inertia = total;                                                                      \
+        return decided;                                                                        \
     }                                                                                          \
                                                                                                \
     /* Row minima of a block of partial distances D (m x k, rows ldd apart, any k): d_min,     \

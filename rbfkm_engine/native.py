@@ -182,6 +182,10 @@ def library() -> ctypes.CDLL | None:
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _P, *[_I] * 6, _P, _P, _P, _SCALAR[dtype], _P, _P, _I, _I]
                 fn.argtypes += [_P, _P, _P]
+                fn = getattr(lib, f"two_nearest_listed_{suffix}")
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 4, _SCALAR[dtype], *[_P] * 3]
+                fn.argtypes += [_I, _P, _P]
                 fn = getattr(lib, f"lloyd_update_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _P, _P, _I, _I, ctypes.c_double, ctypes.c_double, _P, _P, _P]
@@ -407,6 +411,7 @@ class LloydKernel:
         self._bounded = getattr(lib, f"lloyd_bounded_{_SUFFIX[dtype]}")
         self._neighbours = getattr(lib, f"centre_neighbours_{_SUFFIX[dtype]}")
         self._refresh = getattr(lib, f"refresh_neighbours_{_SUFFIX[dtype]}")
+        self._two_listed = getattr(lib, f"two_nearest_listed_{_SUFFIX[dtype]}")
         self._farthest = getattr(lib, f"farthest_picks_{_SUFFIX[dtype]}")
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._sum_sq = getattr(lib, f"weighted_sum_sq_{_SUFFIX[dtype]}")
@@ -543,20 +548,10 @@ class LloydKernel:
         Returns the rows labelled, how many of them the lists decided, and the
         candidates those computed."""
         assert centres.CT is not None
-        m, d = rows.X.shape
         nb = neighbours if drift is not None else None
         counts = (ctypes.c_int64 * 2)()
         relabelled = self._bounded(
-            rows.X.data_ptr(),
-            m,
-            d,
-            rows.x_sq.data_ptr(),
-            centres.CT.data_ptr(),
-            centres.c_sq.data_ptr(),
-            centres.width,
-            None if rows.w is None else rows.w.data_ptr(),
-            rows.labels.data_ptr(),
-            rows.min_dist.data_ptr(),
+            *_direct_args(rows, centres),
             bounds[0].data_ptr(),
             bounds[1].data_ptr(),
             None if drift is None else drift.own.data_ptr(),
@@ -574,6 +569,30 @@ class LloydKernel:
             1 if drift is None else 0,
         )
         return int(relabelled), counts[0], counts[1]
+
+    def two_nearest_listed(
+        self, rows: Rows, centres: Centres, neighbours: Neighbours, margin: float
+    ) -> tuple[float, int, int]:
+        """Each row's nearest and second-nearest centre, as :meth:`block` writes them
+        (``rows.second`` given, labelling only), from the neighbour list of the row's
+        centre so far (``rows.labels``, any centre) where the triangle inequality decides
+        both, else against every centre (direct distances only). Returns the block's
+        ``sum_i w_i min_dist_i``, the rows the lists decided and the candidates those
+        computed."""
+        assert centres.CT is not None and rows.second is not None
+        scanned, inertia = ctypes.c_int64(), ctypes.c_double()
+        decided = self._two_listed(
+            *_direct_args(rows, centres),
+            rows.second.data_ptr(),
+            margin,
+            neighbours.lists.data_ptr(),
+            neighbours.order.data_ptr(),
+            neighbours.gap.data_ptr(),
+            neighbours.width,
+            ctypes.byref(scanned),
+            ctypes.byref(inertia),
+        )
+        return inertia.value, int(decided), scanned.value
 
     def neighbours(
         self,
@@ -721,6 +740,25 @@ def _block_args(rows: Rows, centres: Centres, D: torch.Tensor | None) -> list[in
         None if D is None else D.data_ptr(),
         0 if D is None else D.stride(0),
         None if rows.w is None else rows.w.data_ptr(),
+    ]
+
+
+def _direct_args(rows: Rows, centres: Centres) -> list[int | None]:
+    """The arguments ``lloyd_bounded`` and ``two_nearest_listed`` start with: the rows,
+    the centres (direct distances), the weights, and the labels and distances written."""
+    assert centres.CT is not None
+    m, d = rows.X.shape
+    return [
+        rows.X.data_ptr(),
+        m,
+        d,
+        rows.x_sq.data_ptr(),
+        centres.CT.data_ptr(),
+        centres.c_sq.data_ptr(),
+        centres.width,
+        None if rows.w is None else rows.w.data_ptr(),
+        rows.labels.data_ptr(),
+        rows.min_dist.data_ptr(),
     ]
 
 

@@ -866,9 +866,14 @@ class Workspace:
         """Hard E-step at ``C`` that also returns each point's second-nearest squared
         distance (``labels`` and ``min_dist`` hold the nearest); and the inertia. By the
         fused kernel where it runs (one sweep of each row's distances, where a top-2 sort
-        of the block costs several)."""
-        self._forget_lloyd_state()
+        of the block costs several). Where the last pass was a Lloyd pass with bounds
+        (``C``: its centres moved), a row is labelled from its centre's neighbour list
+        where the lists pay (see :meth:`_two_nearest_by_lists`)."""
         second = torch.empty_like(self.min_dist)
+        listed = self._two_nearest_by_lists(C, second)
+        self._forget_lloyd_state()
+        if listed is not None:
+            return second, self._summed(listed)
         if self.kernel_for(C) is not None:
             inertia = self._fused_pass(C, LABEL, None, None, second=second)
             return second, self._summed(inertia)
@@ -884,6 +889,38 @@ class Workspace:
             return weighted_sum(values[:, 0], self.weights(rows))
 
         return second, self._summed(_ordered_sum(self.map_blocks(block), C.device))
+
+    def _two_nearest_by_lists(self, C: torch.Tensor, second: torch.Tensor) -> torch.Tensor | None:
+        """:meth:`two_nearest` from neighbour lists (:meth:`_neighbours`), or ``None``
+        where the last pass was not a bounded Lloyd pass at ``C``'s shape (whose labels
+        are the rows' starting centres) or the lists do not run. A row's scan of its
+        centre's list stops once the triangle inequality decides its nearest and second
+        nearest; both are then those of a scan of every centre (the same partial
+        distances), and a row it does not decide scans every centre. Returns the inertia
+        (a float64 tensor)."""
+        kernel, bounds = self.kernel_for(C), self._bounds
+        if kernel is None or bounds is None or not bounds.usable(C):
+            return None
+        centres = kernel.centres(C, row_reduction_width(C.shape[0], C.device))
+        neighbours = None if centres.CT is None else self._neighbours(C, centres)
+        if neighbours is None:
+            return None
+        margin = bounds.margin_at(C)
+
+        def block(rows: slice) -> tuple[float, int, int]:
+            return kernel.two_nearest_listed(self._rows(rows, second), centres, neighbours, margin)
+
+        total, decided, scanned = 0.0, 0, 0
+        full_scan = centres.width * C.shape[1]
+        for part, part_decided, part_scanned in self.map_blocks(
+            block, self.big_block_rows(full_scan)
+        ):
+            total += part
+            decided += part_decided
+            scanned += part_scanned
+        n, k = self.X.shape[0], C.shape[0]
+        self._neighbour_use.record(k, n, decided, scanned, made=self._neighbours_made)
+        return torch.tensor(total, dtype=torch.float64, device=C.device)
 
     def _summed(self, local: torch.Tensor) -> float:
         """A float64 scalar of this shard summed over every shard."""

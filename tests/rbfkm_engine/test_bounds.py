@@ -193,3 +193,40 @@ def test_labels_after_lloyd_with_bounds_are_those_of_every_centre(k: int) -> Non
     assert inertia == pytest.approx(expected, rel=1e-6)
     exact = (X.double() - C.double()[labels]).square().sum()
     assert inertia == pytest.approx(float(exact), rel=1e-9)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_two_nearest_from_neighbour_lists_are_those_of_every_centre(dtype: torch.dtype) -> None:
+    """After Lloyd passes with bounds, the two nearest centres come from each row's
+    centre's neighbour list where those decide them: the labels, distances and second
+    distances of a scan of every centre, exactly."""
+    gen = torch.Generator().manual_seed(4)
+    X = torch.rand(20_000, 3, generator=gen, dtype=torch.float64).to(dtype)
+    k = 300
+    ws = passes.Workspace(X, None, k, 2048)
+    seen: list[tuple[int, ...]] = []
+    record = ws._neighbour_use.record
+    ws._neighbour_use.record = lambda k, *counts, made: (
+        seen.append(counts),
+        record(k, *counts, made=made),
+    )
+    C = X[:k].clone()
+    for iteration in range(5):
+        C, _, _ = ws.lloyd_iteration(C, warm=iteration > 0)
+    C = C + 1e-3 * torch.randn(C.shape, generator=gen, dtype=torch.float64).to(dtype)
+    passes_before = len(seen)
+    second, inertia = ws.two_nearest(C)
+    rows, decided, _ = seen[passes_before]  # the lists labelled every row
+    assert rows == 20_000 and decided > 0.9 * rows
+    labels, nearest = ws.labels.clone(), ws.min_dist.clone()
+    expected_second, expected = ws.two_nearest(C)  # no bounds left: every centre
+    assert len(seen) == passes_before + 1
+    assert torch.equal(labels, ws.labels)
+    assert torch.equal(nearest, ws.min_dist)
+    assert torch.equal(second, expected_second)
+    assert inertia == expected
+    D = torch.cdist(X.double(), C.double())
+    assert torch.equal(labels, D.argmin(dim=1))
+    top2 = D.topk(2, dim=1, largest=False).values.square()
+    torch.testing.assert_close(second.double(), top2[:, 1], rtol=1e-4, atol=1e-5)
