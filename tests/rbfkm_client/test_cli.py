@@ -69,10 +69,12 @@ def test_the_torch_free_entry_point_writes_csv_and_npy(
 
 @pytest.mark.skipif(RBFKM is None, reason="the rbfkm script is not installed")
 def test_rbfkm_jobs_list_show_cancel(live: Live, tmp_path: Path) -> None:
+    # A fit of minutes, so that it still runs when the cancel comes (after three other
+    # commands, each its own process).
     data = tmp_path / "big.npy"
-    np.save(data, np.random.default_rng(0).normal(size=(20_000, 8)))
+    np.save(data, np.random.default_rng(0).normal(size=(60_000, 16)).astype(np.float32))
     started = _run(
-        [RBFKM], live, "fit", str(data), "-k", "300", "--no-wait", "--url", live.url,
+        [RBFKM], live, "fit", str(data), "-k", "2000", "--no-wait", "--url", live.url,
         "--param", "max_iter=10000",
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
