@@ -25,6 +25,7 @@ def lloyd(
     *,
     phase: Phase = "lloyd",
     abandon_above: float | None = None,
+    warm: bool = False,
 ) -> tuple[torch.Tensor, bool]:
     """Hard iterations from ``C`` until the centres move less than ``tol``; returns the
     centres and whether they converged (``False``: the budget ran out, the callback
@@ -32,6 +33,9 @@ def lloyd(
 
     ``abandon_above``: a trial's Lloyd phase stops, unconverged, once its inertia is bound
     to end above this (see :func:`bound_to_end_above`). One ``history`` record per phase.
+    ``warm``: the first pass may start from the labels, kept sums and bounds the workspace
+    holds (a local search's trial, ``C`` a few centres away from the fixed point the
+    workspace describes); it starts cold where the workspace holds none.
 
     On a GPU the passes may run their products in a lower precision (``matmul_precision``);
     a fixed point found so is confirmed, or left, by passes in float32.
@@ -46,7 +50,7 @@ def lloyd(
     room = max(1, budget.max_iter - budget.lloyd_from)
     last = None
     while not budget.exhausted:
-        C, shift, last = ws.lloyd_iteration(C, warm=iters > 0)
+        C, shift, last = ws.lloyd_iteration(C, warm=warm or iters > 0)
         iters += 1
         done = (budget.n_iter + 1 - budget.lloyd_from) / room
         budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * done, phase)

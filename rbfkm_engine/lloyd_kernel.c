@@ -788,8 +788,9 @@
         return relabelled;                                                                     \
     }                                                                                          \
                                                                                                \
-    /* Each row's nearest and second-nearest centre, as lloyd_block writes them in LABEL mode  \
-     * with second (labels, min_dist, second; returns sum_i w_i min_dist_i in *inertia), from  \
+    /* Each row's nearest and second-nearest centre, as lloyd_block writes them with second    \
+     * (labels, min_dist, second; every row added to the sums num, den where they are not      \
+     * NULL; returns sum_i w_i min_dist_i in *inertia), from                                   \
      * the neighbour list of its centre so far (labels[i], in: any centre) where the triangle  \
      * inequality decides both (neighbour_scan, u the distance to that centre plus the         \
      * margin), else against every centre, ROWS at a time. Returns the rows the lists decided  \
@@ -801,7 +802,9 @@
                                         T *restrict min_dist, T *restrict second, T margin,    \
                                         const T *restrict nb, const int32_t *restrict order,   \
                                         const T *restrict gap, int64_t width,                  \
-                                        int64_t *scanned, double *inertia) {                   \
+                                        int64_t *scanned, double *restrict num,                \
+                                        double *restrict den, double *inertia) {               \
+        const int mode = num ? 0 : 2; /* add every row, or label only */                       \
         int64_t decided = 0, pending[ROWS];                                                    \
         int waiting = 0;                                                                       \
         double total = 0.0;                                                                    \
@@ -820,7 +823,7 @@
                                             &p2) &&                                            \
                     p2 < (T)INFINITY) {                                                        \
                     decided++;                                                                 \
-                    finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, NULL, NULL, 2, i,     \
+                    finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, mode, i,    \
                                         lab, p, &total);                                       \
                     second[i] = p2 + x_sq[i] < (T)0 ? (T)0 : p2 + x_sq[i];                     \
                     continue;                                                                  \
@@ -835,8 +838,8 @@
             nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, p2);                          \
             for (int r = 0; r < waiting; r++) {                                                \
                 const int64_t j = pending[r];                                                  \
-                finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, NULL, NULL, 2, j, lab[r], \
-                                    p[r], &total);                                             \
+                finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, mode, j,        \
+                                    lab[r], p[r], &total);                                     \
                 second[j] = p2[r] + x_sq[j] < (T)0 ? (T)0 : p2[r] + x_sq[j];                   \
             }                                                                                  \
             waiting = 0;                                                                       \

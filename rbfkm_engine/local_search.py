@@ -118,7 +118,7 @@ def settle(ctx: FitContext, best: FixedPoint, trial: torch.Tensor) -> tuple[bool
     saved = ws.snapshot()
     records = len(ctx.history)
     level = (1.0 - SWAP_MIN_GAIN) * best.inertia
-    trial, converged = lloyd(ctx, trial, phase="swap", abandon_above=level)
+    trial, converged = lloyd(ctx, trial, phase="swap", abandon_above=level, warm=True)
     # The last record is the inertia before the last (tiny) shift, which cannot raise it.
     if converged and ctx.history[-1]["inertia"] < level:
         best.second, best.inertia = ws.two_nearest(trial)

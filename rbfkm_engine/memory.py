@@ -3,8 +3,9 @@ a worker's budget before it is queued.
 
 The terms follow the fit's allocations: the fit's copy of ``X`` (and a centred copy when
 the data are far from the origin), a few vectors per point (squared norms, nearest
-distances, labels), the blocked passes' buffers (:mod:`~rbfkm_engine.blocks`; twice as
-many columns while annealing, when every centre has a twin), the centres and their sums,
+distances, labels, Lloyd's bounds, and a local search trial's copies of them), the blocked
+passes' buffers (:mod:`~rbfkm_engine.blocks`; twice as many columns while annealing, when
+every centre has a twin), the centres and their sums,
 the local search's per-centre arrays, and the covariance when it is formed
 (:func:`covariance_fits`). On several CPU threads every thread holds its own blocks and a
 pass holds the M-step shares of a few blocks at a time (:mod:`~rbfkm_engine.parallel`).
@@ -89,7 +90,9 @@ def fit_memory(
     annealed = assignment != "hard"
     return FitMemory(
         data=2 * n * d * item,  # converted to the compute dtype, then centred
-        points=n * (3 * item + 2 * 8),  # norms, distances, saved distances; two label arrays
+        # norms, distances, saved distances, Hamerly's two bounds and their saved copy;
+        # two label arrays
+        points=n * (7 * item + 2 * 8),
         blocks=(_BLOCK_BUFFERS * columns + _ROW_BUFFERS * d) * rows * item * holders,
         centres=(_CENTRE_ARRAYS + shares) * k * d * 8
         + 2 * min(k * k, _PAIRWISE_ENTRIES) * 8 * annealed,

@@ -185,7 +185,7 @@ def library() -> ctypes.CDLL | None:
                 fn = getattr(lib, f"two_nearest_listed_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _I, _I, *[_P] * 3, _I, *[_P] * 4, _SCALAR[dtype], *[_P] * 3]
-                fn.argtypes += [_I, _P, _P]
+                fn.argtypes += [_I, _P, _P, _P, _P]
                 fn = getattr(lib, f"lloyd_update_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _P, _P, _I, _I, ctypes.c_double, ctypes.c_double, _P, _P, _P]
@@ -571,14 +571,19 @@ class LloydKernel:
         return int(relabelled), counts[0], counts[1]
 
     def two_nearest_listed(
-        self, rows: Rows, centres: Centres, neighbours: Neighbours, margin: float
+        self,
+        rows: Rows,
+        centres: Centres,
+        neighbours: Neighbours,
+        margin: float,
+        sums: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[float, int, int]:
         """Each row's nearest and second-nearest centre, as :meth:`block` writes them
-        (``rows.second`` given, labelling only), from the neighbour list of the row's
-        centre so far (``rows.labels``, any centre) where the triangle inequality decides
-        both, else against every centre (direct distances only). Returns the block's
-        ``sum_i w_i min_dist_i``, the rows the lists decided and the candidates those
-        computed."""
+        (``rows.second`` given; every row added to the float64 ``sums``, where given),
+        from the neighbour list of the row's centre so far (``rows.labels``, any centre)
+        where the triangle inequality decides both, else against every centre (direct
+        distances only). Returns the block's ``sum_i w_i min_dist_i``, the rows the lists
+        decided and the candidates those computed."""
         assert centres.CT is not None and rows.second is not None
         scanned, inertia = ctypes.c_int64(), ctypes.c_double()
         decided = self._two_listed(
@@ -590,6 +595,8 @@ class LloydKernel:
             neighbours.gap.data_ptr(),
             neighbours.width,
             ctypes.byref(scanned),
+            None if sums is None else sums[0].data_ptr(),
+            None if sums is None else sums[1].data_ptr(),
             ctypes.byref(inertia),
         )
         return inertia.value, int(decided), scanned.value

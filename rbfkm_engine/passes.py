@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -868,15 +869,29 @@ class Workspace:
         fused kernel where it runs (one sweep of each row's distances, where a top-2 sort
         of the block costs several). Where the last pass was a Lloyd pass with bounds
         (``C``: its centres moved), a row is labelled from its centre's neighbour list
-        where the lists pay (see :meth:`_two_nearest_by_lists`)."""
+        where the lists pay (see :meth:`_two_nearest_by_lists`). Where Lloyd passes keep
+        bounds, the pass leaves them and the kept sums as a Lloyd pass at ``C`` would
+        (:meth:`_keep_lloyd_state`): a Lloyd phase from centres near ``C`` (a local
+        search's trial) may start warm."""
         second = torch.empty_like(self.min_dist)
-        listed = self._two_nearest_by_lists(C, second)
+        kernel = self.kernel_for(C)
+        keep = kernel is not None and self._lloyd_bounds(C, kernel.direct(C.shape[1])) is not None
+        sums = self._lloyd_sums(C, warm=False)[:2] if keep else None
+        listed = self._two_nearest_by_lists(C, second, sums)
         self._forget_lloyd_state()
         if listed is not None:
-            return second, self._summed(listed)
-        if self.kernel_for(C) is not None:
-            inertia = self._fused_pass(C, LABEL, None, None, second=second)
-            return second, self._summed(inertia)
+            inertia = listed
+        elif kernel is not None:
+            mode, num, den = (LABEL, None, None) if sums is None else (ADD, *sums)
+            inertia = self._fused_pass(C, mode, num, den, second=second)
+        else:
+            inertia = self._two_nearest_in_torch(C, second)
+        if sums is not None:
+            self._keep_lloyd_state(C, second, sums)
+        return second, self._summed(inertia)
+
+    def _two_nearest_in_torch(self, C: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        """:meth:`two_nearest` by torch ops: a top-2 of each block's distances."""
         c_sq = squared_norms(C).unsqueeze(0)
 
         def block(rows: slice) -> torch.Tensor:
@@ -888,16 +903,37 @@ class Workspace:
             self.labels[rows] = labels[:, 0]
             return weighted_sum(values[:, 0], self.weights(rows))
 
-        return second, self._summed(_ordered_sum(self.map_blocks(block), C.device))
+        return _ordered_sum(self.map_blocks(block), C.device)
 
-    def _two_nearest_by_lists(self, C: torch.Tensor, second: torch.Tensor) -> torch.Tensor | None:
+    def _keep_lloyd_state(
+        self, C: torch.Tensor, second: torch.Tensor, sums: tuple[torch.Tensor, torch.Tensor]
+    ) -> None:
+        """After a pass that labelled every row at ``C`` with its exact nearest and
+        ``second``-nearest squared distances and added it to ``sums``: the bounds and
+        kept sums a bounded Lloyd pass at ``C`` leaves (each row's upper bound its
+        distance, its lower bound the second, less the margin), so that the next Lloyd
+        pass may be warm."""
+        bounds = self._bounds
+        assert bounds is not None
+        bounds.start(C)
+        margin = bounds.margin
+        torch.sqrt(self._min_dist, out=bounds.upper).add_(2.0 * margin)
+        torch.sqrt(second, out=bounds.lower).sub_(margin)
+        self._hard_sums = sums
+
+    def _two_nearest_by_lists(
+        self,
+        C: torch.Tensor,
+        second: torch.Tensor,
+        sums: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> torch.Tensor | None:
         """:meth:`two_nearest` from neighbour lists (:meth:`_neighbours`), or ``None``
         where the last pass was not a bounded Lloyd pass at ``C``'s shape (whose labels
         are the rows' starting centres) or the lists do not run. A row's scan of its
         centre's list stops once the triangle inequality decides its nearest and second
         nearest; both are then those of a scan of every centre (the same partial
-        distances), and a row it does not decide scans every centre. Returns the inertia
-        (a float64 tensor)."""
+        distances), and a row it does not decide scans every centre. Every row is added
+        to ``sums`` where given. Returns the inertia (a float64 tensor)."""
         kernel, bounds = self.kernel_for(C), self._bounds
         if kernel is None or bounds is None or not bounds.usable(C):
             return None
@@ -907,17 +943,24 @@ class Workspace:
             return None
         margin = bounds.margin_at(C)
 
-        def block(rows: slice) -> tuple[float, int, int]:
-            return kernel.two_nearest_listed(self._rows(rows, second), centres, neighbours, margin)
+        def block(rows: slice) -> tuple[float, int, int, tuple[torch.Tensor, torch.Tensor] | None]:
+            part = None if sums is None else (torch.zeros_like(sums[0]), torch.zeros_like(sums[1]))
+            out = kernel.two_nearest_listed(
+                self._rows(rows, second), centres, neighbours, margin, part
+            )
+            return (*out, part)
 
         total, decided, scanned = 0.0, 0, 0
         full_scan = centres.width * C.shape[1]
-        for part, part_decided, part_scanned in self.map_blocks(
+        for part, part_decided, part_scanned, part_sums in self.map_blocks(
             block, self.big_block_rows(full_scan)
         ):
             total += part
             decided += part_decided
             scanned += part_scanned
+            if sums is not None and part_sums is not None:
+                sums[0].add_(part_sums[0])
+                sums[1].add_(part_sums[1])
         n, k = self.X.shape[0], C.shape[0]
         self._neighbour_use.record(k, n, decided, scanned, made=self._neighbours_made)
         return torch.tensor(total, dtype=torch.float64, device=C.device)
@@ -935,15 +978,29 @@ class Workspace:
         (total,) = self.reducer.sum_many(total)
         return (total / self.total_weight)[None]
 
-    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Copies of ``labels`` and ``min_dist``, for :meth:`restore`."""
-        return self.labels.clone(), self.min_dist.clone()
+    def snapshot(self) -> Snapshot:
+        """Copies of ``labels``, ``min_dist`` and what a warm Lloyd pass would start from
+        (the kept sums and the bounds), for :meth:`restore`."""
+        labels, min_dist = self.labels.clone(), self.min_dist.clone()
+        bounds = self._bounds
+        if self._hard_sums is None or bounds is None or bounds.centres is None:
+            return Snapshot(labels, min_dist)
+        sums = (self._hard_sums[0].clone(), self._hard_sums[1].clone())
+        kept = (bounds.upper.clone(), bounds.lower.clone(), bounds.centres, bounds.margin)
+        return Snapshot(labels, min_dist, sums, kept)
 
-    def restore(self, saved: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Put back the labels and distances of a :meth:`snapshot` (no pass needed)."""
+    def restore(self, saved: Snapshot) -> None:
+        """Put back the state of a :meth:`snapshot` (no pass needed)."""
         self._forget_lloyd_state()
-        self.labels.copy_(saved[0])
-        self._min_dist.copy_(saved[1])
+        self.labels.copy_(saved.labels)
+        self._min_dist.copy_(saved.min_dist)
+        if saved.sums is None or saved.bounds is None or self._bounds is None:
+            return
+        upper, lower, centres, margin = saved.bounds
+        self._bounds.upper.copy_(upper)
+        self._bounds.lower.copy_(lower)
+        self._bounds.centres, self._bounds.margin = centres, margin
+        self._hard_sums = saved.sums
 
     def add_farthest(self, C: torch.Tensor, n_new: int) -> torch.Tensor:
         """Append ``n_new`` centres, each the point farthest from all centres so far."""
@@ -952,6 +1009,18 @@ class Workspace:
         if n_new <= 0:
             return C
         return torch.cat([C, farthest_first(self, closest, n_new).to(C.dtype)])
+
+
+@dataclass
+class Snapshot:
+    """A workspace's state for :meth:`Workspace.restore`: the rows' labels and nearest
+    distances and, where a warm Lloyd pass could start from them, the kept sums and the
+    bounds (``upper``, ``lower``, the centres they hold for and the margin)."""
+
+    labels: torch.Tensor
+    min_dist: torch.Tensor
+    sums: tuple[torch.Tensor, torch.Tensor] | None = None
+    bounds: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None
 
 
 class _SoftSums:

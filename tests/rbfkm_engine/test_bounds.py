@@ -172,17 +172,22 @@ def test_rows_are_relabelled_from_their_centres_neighbour_lists(dtype: torch.dty
     assert not torch.equal(labels, nearest.argmin(dim=1))
 
 
+def after_lloyd(X: torch.Tensor, k: int, iterations: int) -> tuple[passes.Workspace, torch.Tensor]:
+    """A workspace after Lloyd iterations from the first ``k`` rows, and their centres."""
+    ws = passes.Workspace(X, None, k, 2048)
+    C = X[:k].clone()
+    for iteration in range(iterations):
+        C, _, _ = ws.lloyd_iteration(C, warm=iteration > 0)
+    return ws, C
+
+
 @needs_compiler
 @pytest.mark.parametrize("k", [12, 200])
 def test_labels_after_lloyd_with_bounds_are_those_of_every_centre(k: int) -> None:
     """The E-step that ends a Lloyd phase runs on the phase's bounds (and at large k its
     neighbour lists): the labels of a pass over every centre, the same inertia."""
-    gen = torch.Generator().manual_seed(3)
-    X = torch.randn(30_000, 3, generator=gen)
-    ws = passes.Workspace(X, None, k, 2048)
-    C = X[:k].clone()
-    for iteration in range(6):
-        C, _, _ = ws.lloyd_iteration(C, warm=iteration > 0)
+    X = torch.randn(30_000, 3, generator=torch.Generator().manual_seed(3))
+    ws, C = after_lloyd(X, k, 6)
     inertia = ws.hard_labels(C)
     assert ws._bounds is not None and ws._bounds.usable(C)  # a bounded pass labelled them
     labels = ws.labels.clone()
@@ -220,7 +225,8 @@ def test_two_nearest_from_neighbour_lists_are_those_of_every_centre(dtype: torch
     rows, decided, _ = seen[passes_before]  # the lists labelled every row
     assert rows == 20_000 and decided > 0.9 * rows
     labels, nearest = ws.labels.clone(), ws.min_dist.clone()
-    expected_second, expected = ws.two_nearest(C)  # no bounds left: every centre
+    ws._forget_lloyd_state()
+    expected_second, expected = ws.two_nearest(C)  # no bounds: every centre
     assert len(seen) == passes_before + 1
     assert torch.equal(labels, ws.labels)
     assert torch.equal(nearest, ws.min_dist)
@@ -230,3 +236,39 @@ def test_two_nearest_from_neighbour_lists_are_those_of_every_centre(dtype: torch
     assert torch.equal(labels, D.argmin(dim=1))
     top2 = D.topk(2, dim=1, largest=False).values.square()
     torch.testing.assert_close(second.double(), top2[:, 1], rtol=1e-4, atol=1e-5)
+
+
+@needs_compiler
+@pytest.mark.parametrize("k", [12, 300])
+def test_lloyd_after_two_nearest_starts_warm_and_ends_as_from_cold(k: int) -> None:
+    """The two nearest distances leave the bounds and sums of a Lloyd pass at their
+    centres: a trial moved from there (two centres jump) starts warm, relabels only the
+    rows its bounds no longer hold, and gives the labels and sums of a cold start; a
+    snapshot taken then restores that state."""
+    gen = torch.Generator().manual_seed(5)
+    X = torch.rand(20_000, 3, generator=gen)
+    ws, C = after_lloyd(X, k, 8)
+    ws.two_nearest(C)
+    saved = ws.snapshot()
+    assert saved.sums is not None and saved.bounds is not None
+    trial = C + 0.01 * torch.randn(C.shape, generator=gen)  # every centre moves a little
+    trial[0], trial[1] = X[100], X[200]
+    relabelled: list[int] = []
+    bounded = ws._bounded_pass
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        out = bounded(*args, **kwargs)
+        relabelled.append(int((ws.labels != saved.labels).sum()))
+        return out
+
+    ws._bounded_pass = counted  # type: ignore[method-assign]
+    warm_C, _, _ = ws.lloyd_iteration(trial, warm=True)
+    warm_labels = ws.labels.clone()
+    ws.restore(saved)
+    assert torch.equal(ws.labels, saved.labels) and ws._hard_sums is not None
+    ws._forget_lloyd_state()
+    cold_C, _, _ = ws.lloyd_iteration(trial, warm=False)
+    assert torch.equal(warm_labels, ws.labels)
+    assert torch.equal(warm_labels, torch.cdist(X.double(), trial.double()).argmin(dim=1))
+    torch.testing.assert_close(warm_C, cold_C, rtol=1e-6, atol=1e-7)
+    assert relabelled and relabelled[0] < X.shape[0] // 2  # only rows near the moved centres

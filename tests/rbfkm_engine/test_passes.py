@@ -116,7 +116,7 @@ def test_labels_written_another_way_drop_the_kept_sums(between: str) -> None:
         ws.hard_labels(elsewhere)
         ws.step(elsewhere, 0.0, "hard", warm=True)  # sums kept for ``elsewhere``'s labels
         ws.restore(saved)
-    assert torch.equal(ws.labels, saved[0]) is (between == "restore")
+    assert torch.equal(ws.labels, saved.labels) is (between == "restore")
     assert bool((den > 0).all())
     C1 = num / den.unsqueeze(1)  # the M-step of the pass at C0
     num1, den1, _ = ws.step(C1, 0.0, "hard", warm=True)
@@ -350,7 +350,7 @@ def test_snapshot_and_restore() -> None:
     labels, min_dist = ws.labels.clone(), ws.min_dist.clone()
     ws.hard_labels(C2)
     assert not torch.equal(ws.labels, labels)
-    torch.testing.assert_close(saved[0], labels)  # a copy, not a view
+    torch.testing.assert_close(saved.labels, labels)  # a copy, not a view
     ws.restore(saved)
     torch.testing.assert_close(ws.labels, labels, rtol=0, atol=0)
     torch.testing.assert_close(ws.min_dist, min_dist, rtol=0, atol=0)
