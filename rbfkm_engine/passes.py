@@ -90,8 +90,11 @@ NEIGHBOUR_PAUSE = 2
 #: its old entries and the ``k / NEIGHBOUR_MOVER_SHARE`` centres that moved farthest
 #: since, and a bound on every other centre's move tells which lists may miss a centre
 #: (made again by a scan of every centre). Later Lloyd passes move most centres little,
-#: so few lists are made again (benchmarks/README.md, "Lloyd at large k").
+#: so few lists are made again (benchmarks/README.md, "Hard Lloyd: lists kept up").
 NEIGHBOUR_MOVER_SHARE = 16
+#: A kept-up list whose bound on the centres it leaves out falls below its gap at this
+#: position is made again: a row's scan would stop at the bound (16: measured against 8,
+#: 4 and 0 at ``k = 4 096``, benchmarks/README.md, "Hard Lloyd: lists kept up").
 NEIGHBOUR_KEEP = 16
 #: A pass that holds no ``(rows, k)`` distance block (a kernel pass on direct distances,
 #: a pass of per-row gathers) may take blocks larger than :attr:`Workspace.chunk_size`
