@@ -440,16 +440,24 @@
         b->lower[i] = other - b->margin;                                                       \
     }                                                                                          \
                                                                                                \
+    /* The nearest centre (lab, its partial distance p) and the second-nearest partial        \
+     * distance p2 of up to ROWS rows (indices at), against every centre. */                   \
+    static inline void nearest_of_##SUFFIX(const struct bounded_##SUFFIX *b,                   \
+                                           const int64_t *at, int rows, int64_t lab[ROWS],     \
+                                           T p[ROWS], T p2[ROWS]) {                            \
+        const T *xs[ROWS];                                                                     \
+        for (int r = 0; r < ROWS; r++) xs[r] = b->X + at[r < rows ? r : rows - 1] * b->d;      \
+        nearest_direct_##SUFFIX(xs, b->d, b->CT, b->c_sq, b->kp, lab, p, p2);                  \
+    }                                                                                          \
+                                                                                               \
     /* Label the rows (up to ROWS of them, indices at) whose bounds failed against every       \
      * centre: min_dist, the bounds from the nearest and second-nearest, the labels and the    \
      * sums. */                                                                                \
     static inline void relabel_##SUFFIX(const struct bounded_##SUFFIX *b, int start,           \
                                         const int64_t *at, int rows) {                         \
-        const T *xs[ROWS];                                                                     \
         int64_t lab[ROWS];                                                                     \
         T p[ROWS], p2[ROWS];                                                                   \
-        for (int r = 0; r < ROWS; r++) xs[r] = b->X + at[r < rows ? r : rows - 1] * b->d;      \
-        nearest_direct_##SUFFIX(xs, b->d, b->CT, b->c_sq, b->kp, lab, p, p2);                  \
+        nearest_of_##SUFFIX(b, at, rows, lab, p, p2);                                          \
         for (int r = 0; r < rows; r++) {                                                       \
             const int64_t i = at[r];                                                           \
             T dist2 = p2[r] + b->x_sq[i];                                                      \
@@ -788,13 +796,35 @@
         return relabelled;                                                                     \
     }                                                                                          \
                                                                                                \
+    /* Row i's nearest centre lab (partial distance p) and second-nearest partial distance    \
+     * p2, written as lloyd_block writes them with second (mode as finish_row's). */           \
+    static inline void two_row_##SUFFIX(const struct bounded_##SUFFIX *b, int mode,            \
+                                        T *restrict second, int64_t i, int64_t lab, T p, T p2, \
+                                        double *total) {                                       \
+        finish_row_##SUFFIX(b->X, b->d, b->x_sq, b->w, b->labels, b->min_dist, b->num, b->den, \
+                            mode, i, lab, p, total);                                           \
+        const T dist = p2 + b->x_sq[i];                                                        \
+        second[i] = dist < (T)0 ? (T)0 : dist;                                                 \
+    }                                                                                          \
+                                                                                               \
+    /* two_row for up to ROWS rows (indices at) against every centre. */                       \
+    static inline void two_of_##SUFFIX(const struct bounded_##SUFFIX *b, int mode,             \
+                                       T *restrict second, const int64_t *at, int rows,        \
+                                       double *total) {                                        \
+        int64_t lab[ROWS];                                                                     \
+        T p[ROWS], p2[ROWS];                                                                   \
+        nearest_of_##SUFFIX(b, at, rows, lab, p, p2);                                          \
+        for (int r = 0; r < rows; r++)                                                         \
+            two_row_##SUFFIX(b, mode, second, at[r], lab[r], p[r], p2[r], total);              \
+    }                                                                                          \
+                                                                                               \
     /* Each row's nearest and second-nearest centre, as lloyd_block writes them with second    \
      * (labels, min_dist, second; every row added to the sums num, den where they are not      \
-     * NULL; returns sum_i w_i min_dist_i in *inertia), from                                   \
-     * the neighbour list of its centre so far (labels[i], in: any centre) where the triangle  \
-     * inequality decides both (neighbour_scan, u the distance to that centre plus the         \
-     * margin), else against every centre, ROWS at a time. Returns the rows the lists decided  \
-     * and adds the candidates they computed to *scanned. */                                   \
+     * NULL; returns sum_i w_i min_dist_i in *inertia), from the neighbour list of its centre  \
+     * so far (labels[i], in: any centre) where the triangle inequality decides both           \
+     * (neighbour_scan, u the distance to that centre plus the margin), else against every     \
+     * centre, ROWS at a time. Returns the rows the lists decided and adds the candidates      \
+     * they computed to *scanned. */                                                           \
     int64_t two_nearest_listed_##SUFFIX(const T *restrict X, int64_t m, int64_t d,             \
                                         const T *restrict x_sq, const T *restrict CT,          \
                                         const T *restrict c_sq, int64_t kp,                    \
@@ -804,46 +834,36 @@
                                         const T *restrict gap, int64_t width,                  \
                                         int64_t *scanned, double *restrict num,                \
                                         double *restrict den, double *inertia) {               \
+        const struct bounded_##SUFFIX b = {.X = X, .x_sq = x_sq, .CT = CT, .c_sq = c_sq,       \
+                                           .w = w, .d = d, .kp = kp, .labels = labels,         \
+                                           .min_dist = min_dist, .margin = margin, .num = num, \
+                                           .den = den};                                        \
         const int mode = num ? 0 : 2; /* add every row, or label only */                       \
         int64_t decided = 0, pending[ROWS];                                                    \
         int waiting = 0;                                                                       \
         double total = 0.0;                                                                    \
-        for (int64_t i = 0; i <= m; i++) {                                                     \
-            if (i < m) {                                                                       \
-                const T *x = X + i * d;                                                        \
-                const int64_t a = labels[i];                                                   \
-                const T own = partial_to_##SUFFIX(x, d, CT, c_sq, kp, a);                      \
-                const T dist = own + x_sq[i];                                                  \
-                const T u = ROOT(T, dist < (T)0 ? (T)0 : dist) + margin;                       \
-                int64_t lab;                                                                   \
-                T p, lower, p2;                                                                \
-                if (neighbour_scan_##SUFFIX(x, d, x_sq[i], CT, c_sq, kp, a, u, margin,         \
-                                            nb + a * (d + 1) * width, order + a * width,       \
-                                            gap + a * width, width, &lab, &p, &lower, scanned, \
-                                            &p2) &&                                            \
-                    p2 < (T)INFINITY) {                                                        \
-                    decided++;                                                                 \
-                    finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, mode, i,    \
-                                        lab, p, &total);                                       \
-                    second[i] = p2 + x_sq[i] < (T)0 ? (T)0 : p2 + x_sq[i];                     \
-                    continue;                                                                  \
-                }                                                                              \
-                pending[waiting++] = i;                                                        \
+        for (int64_t i = 0; i < m; i++) {                                                      \
+            const T *x = X + i * d;                                                            \
+            const int64_t a = labels[i];                                                       \
+            const T dist = partial_to_##SUFFIX(x, d, CT, c_sq, kp, a) + x_sq[i];               \
+            const T u = ROOT(T, dist < (T)0 ? (T)0 : dist) + margin;                           \
+            int64_t lab;                                                                       \
+            T p, lower, p2;                                                                    \
+            if (neighbour_scan_##SUFFIX(x, d, x_sq[i], CT, c_sq, kp, a, u, margin,             \
+                                        nb + a * (d + 1) * width, order + a * width,           \
+                                        gap + a * width, width, &lab, &p, &lower, scanned,     \
+                                        &p2) &&                                                \
+                p2 < (T)INFINITY) {                                                            \
+                decided++;                                                                     \
+                two_row_##SUFFIX(&b, mode, second, i, lab, p, p2, &total);                     \
+                continue;                                                                      \
             }                                                                                  \
-            if (waiting < ROWS && !(i == m && waiting)) continue;                              \
-            const T *xs[ROWS];                                                                 \
-            int64_t lab[ROWS];                                                                 \
-            T p[ROWS], p2[ROWS];                                                               \
-            for (int r = 0; r < ROWS; r++) xs[r] = X + pending[r < waiting ? r : 0] * d;       \
-            nearest_direct_##SUFFIX(xs, d, CT, c_sq, kp, lab, p, p2);                          \
-            for (int r = 0; r < waiting; r++) {                                                \
-                const int64_t j = pending[r];                                                  \
-                finish_row_##SUFFIX(X, d, x_sq, w, labels, min_dist, num, den, mode, j,        \
-                                    lab[r], p[r], &total);                                     \
-                second[j] = p2[r] + x_sq[j] < (T)0 ? (T)0 : p2[r] + x_sq[j];                   \
-            }                                                                                  \
+            pending[waiting++] = i;                                                            \
+            if (waiting < ROWS) continue;                                                      \
+            two_of_##SUFFIX(&b, mode, second, pending, waiting, &total);                       \
             waiting = 0;                                                                       \
         }                                                                                      \
+        if (waiting) two_of_##SUFFIX(&b, mode, second, pending, waiting, &total);              \
         *inertia = total;                                                                      \
         return decided;                                                                        \
     }                                                                                          \

@@ -575,8 +575,7 @@ class Workspace:
             return inertia, part_num, part_den
 
         total = 0.0
-        full_scan = centres.width * C.shape[1]  # multiply-adds a row
-        rows = None if centres.CT is None else self.big_block_rows(full_scan)
+        rows = None if centres.CT is None else self._scan_block_rows(centres)
         for inertia, part_num, part_den in self.map_blocks(block, rows):
             total += inertia
             if num is not None and part_num is not None:
@@ -640,8 +639,7 @@ class Workspace:
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
         counts = [0, 0, 0]
-        full_scan = centres.width * C.shape[1]  # at most, a row
-        blocks = self.map_blocks(block, self.big_block_rows(full_scan))
+        blocks = self.map_blocks(block, self._scan_block_rows(centres))
         for part_num, part_den, part_inertia, part_counts in blocks:
             num += part_num
             den += part_den
@@ -663,6 +661,11 @@ class Workspace:
         work = max(1, BIG_BLOCK_WORK // max(1, work_per_row))
         room = gather_block_rows(self.chunk_size, self.k, d)
         return max(self.chunk_size, min(BIG_BLOCK_ROWS, share, work, room))
+
+    def _scan_block_rows(self, centres: Centres) -> int:
+        """Rows per block of a kernel pass on direct distances that may scan every centre
+        for a row (``centres.width`` times the features in multiply-adds)."""
+        return self.big_block_rows(centres.width * self.X.shape[1])
 
     def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
         """Each centre's nearest others for a warm bounded pass at ``C`` (see
@@ -954,10 +957,8 @@ class Workspace:
             return (*out, part)
 
         total, decided, scanned = 0.0, 0, 0
-        full_scan = centres.width * C.shape[1]
-        for part, part_decided, part_scanned, part_sums in self.map_blocks(
-            block, self.big_block_rows(full_scan)
-        ):
+        blocks = self.map_blocks(block, self._scan_block_rows(centres))
+        for part, part_decided, part_scanned, part_sums in blocks:
             total += part
             decided += part_decided
             scanned += part_scanned
