@@ -27,9 +27,12 @@ from typing import Any
 
 import numpy as np
 
-ENGINE_METHODS = ("rbfkm-hard", "rbfkm-softmax", "rbfkm-entmax15")
+ENGINE_METHODS = ("rbfkm-hard", "rbfkm-softmax", "rbfkm-entmax15", "rbfkm-overshoot")
 PEER_METHODS = ("sklearn-n1", "sklearn-n10", "faiss", "fpk")
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+#: The methods a run compares unless told which: not the engine's options beyond its
+#: defaults (``rbfkm-overshoot``: entmax15 with ``overshoot=2``), which ``--only`` names.
+DEFAULT_METHODS = tuple(m for m in ALL_METHODS if m != "rbfkm-overshoot")
 # Peers that only make sense on a GPU (gpu_compare.py): not part of the CPU comparison.
 GPU_PEER_METHODS = ("flash-kmeans",)
 # sklearn with n_init=10 and an explicit init makes no sense: it only runs in the quality part.
@@ -552,7 +555,9 @@ def _to_numpy(a: Any) -> np.ndarray:
     return np.asarray(a)
 
 
-def _run_rbfkm(assignment: str) -> Callable[[Any, int, RunSpec], RunOutput]:
+def _run_rbfkm(assignment: str, **options: Any) -> Callable[[Any, int, RunSpec], RunOutput]:
+    """A runner of the engine with ``assignment`` and the estimator's ``options``."""
+
     def run(X: Any, k: int, spec: RunSpec) -> RunOutput:
         from rbfkm_engine import RBFKMeans
 
@@ -560,6 +565,7 @@ def _run_rbfkm(assignment: str) -> Callable[[Any, int, RunSpec], RunOutput]:
             "assignment": assignment,
             "device": spec.device,
             "random_state": spec.seed,
+            **options,
         }
         if spec.mode == "speed":
             init = spec.init
@@ -747,6 +753,7 @@ RUNNERS: dict[str, Callable[[Any, int, RunSpec], RunOutput]] = {
         "rbfkm-hard": _run_rbfkm("hard"),
         "rbfkm-softmax": _run_rbfkm("softmax"),
         "rbfkm-entmax15": _run_rbfkm("entmax15"),
+        "rbfkm-overshoot": _run_rbfkm("entmax15", overshoot=2.0),
         "sklearn-n1": _run_sklearn(1),
         "sklearn-n10": _run_sklearn(10),
         "faiss": faiss_runner(),
@@ -759,6 +766,7 @@ REQUIRES = {
     "rbfkm-hard": "rbfkm_engine",
     "rbfkm-softmax": "rbfkm_engine",
     "rbfkm-entmax15": "rbfkm_engine",
+    "rbfkm-overshoot": "rbfkm_engine",
     "sklearn-n1": "sklearn",
     "sklearn-n10": "sklearn",
     "faiss": "faiss",

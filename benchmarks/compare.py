@@ -169,7 +169,7 @@ def select(args: argparse.Namespace, common: Any) -> tuple[list[str], list[str]]
             f"--only: unknown {unknown}; data sets: {list(DATASET_KEYS)}, "
             f"methods: {list(common.ALL_METHODS)}"
         )
-    return keys or list(SETS[args.sets]), methods or list(common.ALL_METHODS)
+    return keys or list(SETS[args.sets]), methods or list(common.DEFAULT_METHODS)
 
 
 # --------------------------------------------------------------------------- parts

@@ -36,6 +36,9 @@ class Schedule:
     assignment: str
     iterations_per_sigma: int
     budget_iter: int  # iterations annealing may use, all temperatures together
+    #: A grown fit anneals to up to this many times ``k`` centres (see
+    #: :mod:`~rbfkm_engine.overshoot`).
+    overshoot: float = 1.0
 
 
 class _Fixed:
@@ -101,16 +104,27 @@ def anneal(
             stats.mean_nnz,
             stats.n_soft,
         )
-        if (
-            state.twins is None
-            and stats.soft_weight <= SOFT_FRACTION_STOP * ctx.passes.total_weight
-        ):
+        if _nearly_hard(ctx, state, stats):
             break
     C = state.centres
     k = ctx.passes.k
     if C.shape[0] < k:
         C = ctx.passes.add_farthest(C, k - C.shape[0])
     return C, sigma_reached
+
+
+def _nearly_hard(ctx: FitContext, state: Twins | _Fixed, stats: IterationStats) -> bool:
+    """Whether annealing hands over to Lloyd after this temperature: it has ``k`` centres
+    at least and at most ``SOFT_FRACTION_STOP`` of the points (by weight) are soft. While
+    twins remain (a fit annealing past ``k``, see :mod:`~rbfkm_engine.overshoot`), a point
+    shared by a centre and its twin alone counts as hard: well-separated clusters hand over
+    at ``k`` centres as they would without twins, and only splits that come while the
+    points are still shared add cells."""
+    ws = ctx.passes
+    if state.centres.shape[0] < ws.k:
+        return False
+    weight = stats.soft_weight if state.twins is None else stats.shared_weight
+    return weight <= SOFT_FRACTION_STOP * ws.total_weight
 
 
 def _launch(

@@ -46,6 +46,10 @@ Assignment = Literal["entmax15", "softmax", "hard"]
 #: keeps every value finite at tiny ``sigma`` without changing the result.
 _ENTMAX_FLOOR = -4.0
 
+#: A softmax row is soft (not numerically one-hot) where ``-log`` of its largest
+#: responsibility exceeds this.
+ONE_HOT_TOLERANCE = 1e-6
+
 #: Size of one ``(rows, width)`` temporary of an entmax15 row group (see
 #: :func:`_entmax15_groups`). Smaller groups fall to torch's parallel grain size, where a
 #: group's element-wise ops run on one thread (see benchmarks/README.md).
@@ -196,7 +200,7 @@ def softmax_map(
     R.div_(total.unsqueeze(1))
     lse = total.log()
     energy = min_dist - sigma * lse
-    soft_index = torch.nonzero(lse > 1e-6).squeeze(1)
+    soft_index = torch.nonzero(lse > ONE_HOT_TOLERANCE).squeeze(1)
     return EStep(R, energy, min_dist, labels, int(soft_index.shape[0]), soft_index)
 
 

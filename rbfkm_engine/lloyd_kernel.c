@@ -1199,9 +1199,10 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
  * ||x_i - c_j||^2 (k; may be NULL) and stats: [0] sum_i w_i energy_i (sum_j R_ij D_ij -
  * sigma H(R_i)), [1] sum_i w_i min_dist_i, [2] the nonzero responsibilities (a centre's
  * twin, column j + twins, counted with the centre; twins = k without twins), [3] the rows
- * that are not one-hot, [4] their weight. labels and min_dist (m) are written. The torch
- * pass's values (assign.py, mstep.py) up to rounding. Scratch: soft_scratch(kp) values of
- * T, kp int64 and k bytes, zero (left zero). */
+ * that are not one-hot, [4] their weight, [5] the weight of the rows shared by two centres
+ * or more (twins counted likewise). labels and min_dist (m) are written. The torch pass's
+ * values (assign.py, mstep.py) up to rounding. Scratch: soft_scratch(kp) values of T, kp
+ * int64 and k bytes, zero (left zero). */
 #define SOFT_PASS(T, V, LANES, SUFFIX)                                                         \
     typedef struct {                                                                           \
         const T *X, *x_sq, *w;                                                                 \
@@ -1267,13 +1268,12 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         double *stats = s->stats;                                                              \
         stats[0] += wi * energy;                                                               \
         stats[1] += wi * (double)dist;                                                         \
-        stats[3] += soft;                                                                      \
-        stats[4] += soft ? wi : 0.0;                                                           \
         const T *x = s->X + i * s->d;                                                          \
+        int64_t centres = 0; /* the centres the row's nonzeros fall on, twins folded */        \
         for (int64_t r = 0; r < n; r++) {                                                      \
             if (!(s->q[r] > (T)0)) continue;                                                   \
             const int64_t j = s->cols[r], centre = soft_centre_##SUFFIX(s, j);                 \
-            stats[2] += !s->mark[centre];                                                      \
+            centres += !s->mark[centre];                                                       \
             s->mark[centre] = 1;                                                               \
             const double wq = wi * (double)s->q[r];                                            \
             double *a = s->num + j * s->d;                                                     \
@@ -1284,6 +1284,10 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
             s->spread[j] += wq * (double)(dj < (T)0 ? (T)0 : dj);                              \
         }                                                                                      \
         for (int64_t r = 0; r < n; r++) s->mark[soft_centre_##SUFFIX(s, s->cols[r])] = 0;      \
+        stats[2] += (double)centres;                                                           \
+        stats[3] += soft;                                                                      \
+        stats[4] += soft ? wi : 0.0;                                                           \
+        stats[5] += centres > 1 ? wi : 0.0; /* shared by two centres, twins folded */          \
     }                                                                                          \
                                                                                                \
     /* The partial distances of the ROWS rows xs to every centre, into part (ROWS x kp). */    \

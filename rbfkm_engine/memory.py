@@ -5,8 +5,9 @@ The terms follow the fit's allocations: the fit's copy of ``X`` (and a centred c
 the data are far from the origin), a few vectors per point (squared norms, nearest
 distances, labels, Lloyd's bounds, and a local search trial's copies of them), the blocked
 passes' buffers (:mod:`~rbfkm_engine.blocks`; twice as many columns while annealing, when
-every centre has a twin), the centres and their sums,
-the local search's per-centre arrays, and the covariance when it is formed
+every centre has a twin, and more with ``overshoot``), the centres and their sums, the
+local search's per-centre arrays, the fit of the cells annealing leaves with ``overshoot``
+(:mod:`~rbfkm_engine.coarsen`), and the covariance when it is formed
 (:func:`covariance_fits`). On several CPU threads every thread holds its own blocks and a
 pass holds the M-step shares of a few blocks at a time (:mod:`~rbfkm_engine.parallel`).
 Imports no torch: the service's API process uses it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .blocks import default_chunk_rows
+from .overshoot import annealed_centres
 
 _ITEMSIZE = {"float32": 4, "float64": 8}
 #: ``(rows, columns)`` blocks a pass may hold at once: the reused distances and argmin keys,
@@ -73,37 +75,47 @@ def fit_memory(
     dtype: str = "float32",
     device: str = "cpu",
     threads: int = 1,
+    overshoot: float = 1.0,
 ) -> FitMemory:
     """An upper bound of the memory ``RBFKMeans(n_clusters, assignment=..., dtype=...,
-    device=...).fit(X)`` allocates on its device for ``X`` of shape ``(n_samples,
-    n_features)``, beyond ``X`` itself and the libraries. Every map is bounded alike: hard
-    fits skip annealing but the bound does not count on it. ``threads``: the fit's CPU
-    threads (``torch.get_num_threads()``)."""
+    device=..., overshoot=...).fit(X)`` allocates on its device for ``X`` of shape
+    ``(n_samples, n_features)``, beyond ``X`` itself and the libraries. Every map is
+    bounded alike: hard fits skip annealing but the bound does not count on it.
+    ``threads``: the fit's CPU threads (``torch.get_num_threads()``)."""
     n, d, k = n_samples, n_features, n_clusters
     # The pool's threads and the caller's each hold blocks; the shares of up to two blocks
     # per thread wait to be added (see parallel.BlockPool.map).
     holders = 1 if threads <= 1 or device != "cpu" else threads + 1
     shares = 0 if holders == 1 else 2 * threads
     item = _ITEMSIZE[dtype]
-    columns = _columns(k)
+    m = annealed_centres(k, overshoot)
+    columns = _columns(m)
     rows = min(n, default_chunk_rows(k, d, item, device))
     annealed = assignment != "hard"
+    cells = _cells_fit(m, d, k, device, threads) if annealed and m > k else 0
     return FitMemory(
         data=2 * n * d * item,  # converted to the compute dtype, then centred
         # norms, distances, saved distances, Hamerly's two bounds and their saved copy;
         # two label arrays
         points=n * (7 * item + 2 * 8),
         blocks=(_BLOCK_BUFFERS * columns + _ROW_BUFFERS * d) * rows * item * holders,
-        centres=(_CENTRE_ARRAYS + shares) * k * d * 8
-        + 2 * min(k * k, _PAIRWISE_ENTRIES) * 8 * annealed,
+        centres=(_CENTRE_ARRAYS + shares) * m * d * 8
+        + (2 * min(m * m, _PAIRWISE_ENTRIES) * 8 + cells) * annealed,
         covariance=_eigen_bytes(n, d) if annealed else 0,
     )
 
 
-def _columns(k: int) -> int:
-    """Columns of a pass's ``(rows, columns)`` blocks: the centres and their twins while
-    annealing; Lloyd pads to 16 columns."""
-    return 2 * k + 16
+def _columns(centres: int) -> int:
+    """Columns of a pass's ``(rows, columns)`` blocks against ``centres`` annealed centres:
+    they and their twins; Lloyd pads to 16 columns."""
+    return 2 * centres + 16
+
+
+def _cells_fit(m: int, d: int, k: int, device: str, threads: int) -> int:
+    """What the fit of ``m`` annealed cells to ``k`` centres holds beside the fit's own
+    (:mod:`~rbfkm_engine.coarsen`): a fit of ``m`` float64 rows that does not anneal."""
+    cells = fit_memory(m, d, k, assignment="hard", dtype="float64", device=device, threads=threads)
+    return cells.total - cells.fixed
 
 
 def gather_block_rows(chunk_rows: int, n_clusters: int, n_features: int) -> int:

@@ -105,6 +105,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Geometric rate ``sigma <- cooling * sigma``, in (0, 1). Each temperature gets up
         to ``ceil(log(cooling) / log(0.8))`` fixed-point iterations (1 at the default),
         fewer once the centres move less than ``tol``.
+    overshoot : float, default=1.0
+        A grown fit (an ``init`` string, a fixed ``n_clusters``, Euclidean) anneals to up
+        to ``overshoot`` times ``n_clusters`` centres, then groups those cells into
+        ``n_clusters`` by a weighted K-Means of their means (the cells' masses as weights),
+        which counts each region's mass where annealing's splits count only its spread. In
+        [1, 4]; 1: anneal to ``n_clusters``. More time for a lower inertia where the data
+        are a continuum (colours, patches) and ``n_clusters`` is large; see
+        docs/algorithm.md.
     max_iter : int, default=300
         Fixed-point iterations in total: annealing, the Lloyd finish and the local search's
         Lloyd phases together. Annealing may use at most 80% of them; the Lloyd finish
@@ -180,6 +188,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         sigma0: float | str = "auto",
         sigma_min: float | str = "auto",
         cooling: float = 0.8,
+        overshoot: float = 1.0,
         max_iter: int = 300,
         tol: float = 1e-4,
         init: str | np.ndarray = "k-means++",
@@ -191,7 +200,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         random_state: int | np.random.RandomState | None = None,
         verbose: bool = False,
     ) -> None:
-        # Seventeen parameters, past the engine's guide of eight: scikit-learn's estimator
+        # Eighteen parameters, past the engine's guide of eight: scikit-learn's estimator
         # API wants every hyper-parameter as a keyword of __init__, stored as given
         # (get_params, set_params, clone and the estimator checks rely on it).
         self.n_clusters = n_clusters
@@ -201,6 +210,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.sigma0 = sigma0
         self.sigma_min = sigma_min
         self.cooling = cooling
+        self.overshoot = overshoot
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -443,6 +453,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             self.assignment,
             iterations_per_temperature(float(self.cooling)),
             annealing_budget(int(self.max_iter)),
+            float(self.overshoot),
         )
         with BlockPool(cpu_threads(Xt.device)) as pool:
             chunk = self._chunk(Xt, k)

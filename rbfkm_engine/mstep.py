@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .assign import EStep, SparseResponsibilities
+from .assign import ONE_HOT_TOLERANCE, EStep, SparseResponsibilities
 
 
 def weighted_sum(values: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -36,6 +36,28 @@ def count_nonzeros(R: torch.Tensor | SparseResponsibilities, twins_from: int | N
     if twins_from is not None:
         R = R[:, :twins_from] + R[:, twins_from:]
     return int(torch.count_nonzero(R))
+
+
+def shared_rows(
+    R: torch.Tensor | SparseResponsibilities, soft_index: torch.Tensor, twins_from: int | None
+) -> torch.Tensor:
+    """The soft rows of one block (``soft_index``: the rows that are not one-hot) whose
+    responsibilities fall on two centres or more, a centre's twin counted with the centre:
+    a row shared by a centre and its twin alone is hard for the hand-over to Lloyd."""
+    if twins_from is None or soft_index.numel() == 0:
+        return soft_index
+    if not isinstance(R, SparseResponsibilities):
+        folded = R[soft_index, :twins_from] + R[soft_index, twins_from:]
+        return soft_index[-torch.log(folded.amax(dim=1)) > ONE_HOT_TOLERANCE]
+    if R.soft_cols is not None:
+        r, s = torch.nonzero(R.soft_vals, as_tuple=True)
+        pairs = torch.unique(r * twins_from + R.soft_cols[r, s].remainder(twins_from))
+        row = torch.div(pairs, twins_from, rounding_mode="floor")
+        centres = torch.bincount(row, minlength=R.soft_rows.shape[0])
+    else:
+        block = R.soft_block
+        centres = torch.count_nonzero(block[:, :twins_from] + block[:, twins_from:], dim=1)
+    return R.soft_rows[centres > 1]
 
 
 def accumulate(

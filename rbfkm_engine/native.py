@@ -38,6 +38,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -345,7 +346,8 @@ class SoftParts:
     """A block's share of a soft pass, float64, as the kernel adds to it: the M-step sums
     ``num`` (``k x d``) and ``den`` (``k``), the per-centre ``spread`` (``None``: not
     needed) and ``stats``: ``sum_i w_i energy_i``, ``sum_i w_i min_dist_i``, the nonzero
-    responsibilities, the rows that are not one-hot and their weight."""
+    responsibilities, the rows that are not one-hot and their weight, and the weight of the
+    rows shared by two centres or more (a centre's twin counted with it)."""
 
     num: torch.Tensor
     den: torch.Tensor
@@ -357,7 +359,7 @@ class SoftParts:
         def zeros(*shape: int) -> torch.Tensor:
             return torch.zeros(shape, dtype=torch.float64)
 
-        return cls(zeros(k, d), zeros(k), zeros(k) if spread else None, zeros(5))
+        return cls(zeros(k, d), zeros(k), zeros(k) if spread else None, zeros(6))
 
 
 @dataclass
@@ -421,6 +423,7 @@ class LloydKernel:
         self._batch = getattr(lib, f"hartigan_batch_{_SUFFIX[dtype]}")
         self._batch_scratch = lib.hartigan_scratch
         self.dtype = dtype
+        self._local = threading.local()
 
     @staticmethod
     def direct(n_features: int) -> bool:
@@ -480,9 +483,7 @@ class LloydKernel:
         ``sums``. ``D``: as :meth:`block`'s."""
         k = sums.den.shape[0]
         twins = k if soft.twins_from is None else soft.twins_from
-        scratch = torch.empty(int(self._soft_scratch(centres.width)), dtype=rows.X.dtype)
-        cols = torch.empty(centres.width, dtype=torch.long)
-        mark = torch.zeros(k, dtype=torch.uint8)  # k bytes: safe for any twins
+        scratch, cols, mark = self._soft_buffers(centres.width, k, rows.X.dtype)
         self._soft(
             *_block_args(rows, centres, D),
             *(k, soft.sigma, twins),
@@ -496,6 +497,30 @@ class LloydKernel:
             cols.data_ptr(),
             mark.data_ptr(),
         )
+
+    def _soft_buffers(
+        self, width: int, k: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This thread's scratch of :meth:`soft_block` for ``width`` columns and ``k``
+        centres: values, column indices and ``k`` zeroed bytes (the kernel leaves them
+        zeroed), grown when too small and kept between passes (a small pass costs a few
+        allocations less)."""
+        held = getattr(self._local, "soft", None)
+        size = int(self._soft_scratch(width))
+        if (
+            held is None
+            or held[0].dtype != dtype
+            or held[0].numel() < size
+            or held[1].numel() < width
+            or held[2].numel() < k
+        ):
+            held = (
+                torch.empty(size, dtype=dtype),
+                torch.empty(width, dtype=torch.long),
+                torch.zeros(k, dtype=torch.uint8),
+            )
+            self._local.soft = held
+        return held
 
     def update(
         self,

@@ -167,6 +167,7 @@ PARAMETER_CONSTRAINTS: dict[str, list[Constraint]] = {
     "sigma0": TEMPERATURE,
     "sigma_min": TEMPERATURE,
     "cooling": [Interval("real", 0.0, 1.0, closed="neither")],
+    "overshoot": [Interval("real", 1.0, 4.0)],
     "max_iter": [Interval("int", 1, None)],
     "tol": [Interval("real", 0.0, None)],
     "init": [Options(INITS), ArrayLike()],

@@ -31,7 +31,7 @@ from .blocks import iter_chunks
 from .bounds import Bounds, near_drift
 from .distances import squared_distances, squared_norms
 from .memory import gather_block_rows
-from .mstep import accumulate, accumulate_spread, count_nonzeros, weighted_sum
+from .mstep import accumulate, accumulate_spread, count_nonzeros, shared_rows, weighted_sum
 from .native import (
     ADD,
     LABEL,
@@ -1039,6 +1039,7 @@ class _SoftSums:
         self.nnz = 0
         self.n_soft = 0
         self.soft_weight = 0.0
+        self.shared_weight = 0.0
 
     def add(
         self,
@@ -1056,10 +1057,13 @@ class _SoftSums:
         R = e.responsibilities
         self.nnz += count_nonzeros(R, twins_from)
         self.n_soft += e.n_soft
-        if wc is None or e.soft_index is None:
-            self.soft_weight += e.n_soft
+        soft_weight = _weight_of(e.soft_index, e.n_soft, wc)
+        self.soft_weight += soft_weight
+        if e.soft_index is None or twins_from is None:
+            self.shared_weight += soft_weight
         else:
-            self.soft_weight += float(wc[e.soft_index].sum())
+            shared = shared_rows(R, e.soft_index, twins_from)
+            self.shared_weight += _weight_of(shared, int(shared.shape[0]), wc)
         accumulate(self.num, self.den, ws.X[rows], wc, R)
         if spread:
             accumulate_spread(self.spread, D, ws.x_sq[rows], e, wc)
@@ -1080,40 +1084,46 @@ class _SoftSums:
             sums.nnz += part.nnz
             sums.n_soft += part.n_soft
             sums.soft_weight += part.soft_weight
+            sums.shared_weight += part.shared_weight
         return sums
 
     @classmethod
     def of_parts(cls, parts: Iterator[SoftParts], C: torch.Tensor) -> _SoftSums:
         """The sums of a pass from the kernel's blocks (added in block order, as they
         come), in ``C``'s type; zero for a shard without rows."""
-        sums = cls(C)
         first = next(parts, None)
         if first is None:
-            return sums
+            return cls(C)
         for part in parts:
             first.num += part.num
             first.den += part.den
             first.stats += part.stats
             if first.spread is not None and part.spread is not None:
                 first.spread += part.spread
+        sums = cls.__new__(cls)  # every field set here: no zeros to overwrite
         sums.num, sums.den = first.num.to(C.dtype), first.den.to(C.dtype)
-        if first.spread is not None:
-            sums.spread = first.spread.to(C.dtype)
-        stats = first.stats.tolist()
-        sums.objective, sums.inertia = first.stats[0].clone(), first.stats[1].clone()
-        sums.nnz, sums.n_soft, sums.soft_weight = int(stats[2]), int(stats[3]), stats[4]
+        sums.spread = (
+            torch.zeros_like(sums.den) if first.spread is None else first.spread.to(C.dtype)
+        )
+        # The first block's parts are this pass's own: its sums may be kept, not copied.
+        sums.objective, sums.inertia = first.stats[0], first.stats[1]
+        nnz, n_soft, soft_weight, shared_weight = first.stats[2:].tolist()
+        sums.nnz, sums.n_soft, sums.soft_weight = int(nnz), int(n_soft), soft_weight
+        sums.shared_weight = shared_weight
         return sums
 
     def reduce(self, reducer: Reducer) -> None:
         """Every shard's sums in place of this shard's (one collective)."""
         if not reducer.active:
             return
-        counts = torch.tensor([self.nnz, self.n_soft, self.soft_weight], dtype=torch.float64)
+        counts = torch.tensor(
+            [self.nnz, self.n_soft, self.soft_weight, self.shared_weight], dtype=torch.float64
+        )
         self.num, self.den, self.spread, self.objective, self.inertia, counts = reducer.sum_many(
             self.num, self.den, self.spread, self.objective, self.inertia, counts
         )
         self.nnz, self.n_soft = int(counts[0]), int(counts[1])
-        self.soft_weight = float(counts[2])
+        self.soft_weight, self.shared_weight = float(counts[2]), float(counts[3])
 
     def stats(self, n: int) -> IterationStats:
         return IterationStats(
@@ -1123,7 +1133,14 @@ class _SoftSums:
             n_soft=self.n_soft,
             soft_weight=self.soft_weight,
             spread=self.spread,
+            shared_weight=self.shared_weight,
         )
+
+
+def _weight_of(rows: torch.Tensor | None, count: int, w: torch.Tensor | None) -> float:
+    """The weight of a block's ``rows`` (``count`` of them; all weigh 1 without ``w`` or
+    without the rows' indices)."""
+    return float(count) if w is None or rows is None else float(w[rows].sum())
 
 
 def _ordered_sum(parts: Iterator[torch.Tensor], device: torch.device) -> torch.Tensor:

@@ -72,6 +72,9 @@ class IterationStats:
     n_soft: int
     soft_weight: float  # weight of the n_soft points
     spread: torch.Tensor  # per centre: sum_i w_i R_ij D_ij
+    #: Weight of the points shared by two centres or more, a centre's twin counted with it
+    #: (a point shared by a centre and its twin alone is hard here).
+    shared_weight: float = 0.0
 
 
 class Budget:

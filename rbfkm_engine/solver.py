@@ -2,7 +2,8 @@
 
 1. :mod:`~rbfkm_engine.anneal`: warm-started fixed-point iterations over the temperature
    schedule; grown fits start from the weighted mean and split their centres at the
-   data's phase transitions (:mod:`~rbfkm_engine.twins`).
+   data's phase transitions (:mod:`~rbfkm_engine.twins`); with ``overshoot``, past ``k``
+   centres, and :mod:`~rbfkm_engine.coarsen` groups those cells back into ``k``.
 2. :mod:`~rbfkm_engine.lloyd`: hard iterations to a true K-Means fixed point.
 3. :mod:`~rbfkm_engine.local_search`: moves out of that fixed point while they reach a
    better one (annealed fits only).
@@ -21,10 +22,13 @@ import torch
 
 from .anneal import LLOYD_SHARE, Schedule, anneal
 from .choose_k import CRITERIA, GapReference, choose
+from .coarsen import coarsen
 from .context import FitContext
 from .kpath import PATH_CENTRES_LIMIT, PathCount, PathRecorder, settle_path
 from .lloyd import lloyd
 from .local_search import refine
+from .overshoot import annealed_centres
+from .passes import Workspace
 from .twins import Twins
 
 
@@ -60,6 +64,16 @@ def annealing_budget(max_iter: int) -> int:
     return max_iter - max(1, math.ceil(LLOYD_SHARE * max_iter))
 
 
+def _grown_centres(ws: Workspace, schedule: Schedule, auto: AutoK | None) -> int:
+    """The centres a grown fit anneals to: up to ``schedule.overshoot`` times ``k`` (see
+    :mod:`~rbfkm_engine.overshoot`) where the cells' fit prices its moves (Euclidean fits)
+    and ``k`` is fixed; ``k`` itself otherwise (``n_clusters="auto"`` anneals past the
+    counts it chooses from)."""
+    if auto is not None or ws.sphere:
+        return ws.k
+    return annealed_centres(ws.k, schedule.overshoot)
+
+
 def solve(
     ctx: FitContext,
     schedule: Schedule,
@@ -87,8 +101,11 @@ def solve(
         C = C / C.norm(dim=1, keepdim=True).clamp_min(torch.finfo(C.dtype).tiny)
     sigma = 0.0
     if schedule.temperatures:
-        start = Twins(C, ws.k, ctx.generator, ws.check) if C0 is None else C
+        grown = _grown_centres(ws, schedule, auto)
+        start = Twins(C, grown, ctx.generator, ws.check) if C0 is None else C
         C, sigma = anneal(ctx, schedule, start, covariance)
+        if C.shape[0] > ws.k:
+            C = coarsen(ctx, C)
     if C.shape[0] < ws.k:  # no schedule (constant data): seed the rest, then Lloyd
         C = ws.add_farthest(C, ws.k - C.shape[0])
     path: list[PathCount] = []

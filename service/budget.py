@@ -55,9 +55,13 @@ def job_memory(
     ``assignment``) takes on a dataset of this shape and item size, on a worker fitting on
     ``threads`` CPU threads."""
     k, assignment = fitted_clusters(params), str(params.get("assignment", "entmax15"))
+    overshoot = float(params.get("overshoot", 1.0))
     per_row = k if assignment == "softmax" else min(k, _SPARSE_NONZEROS)
+    fit = fit_memory(
+        n_samples, n_features, k, assignment=assignment, threads=threads, overshoot=overshoot
+    )
     return JobMemory(
-        fit=fit_memory(n_samples, n_features, k, assignment=assignment, threads=threads),
+        fit=fit,
         dataset=n_samples * n_features * itemsize,
         result=n_samples * (8 + 8 + per_row * _NONZERO_BYTES),  # labels, indptr, nonzeros
     )

@@ -81,6 +81,12 @@ EXPOSED: dict[str, Exposed] = {
     "sigma0": Exposed("Starting temperature; `auto` derives it from the data.", "auto"),
     "sigma_min": Exposed("Final temperature; `auto` derives it from the data.", "auto"),
     "cooling": Exposed("Geometric cooling rate.", 0.8),
+    "overshoot": Exposed(
+        "Anneal to up to this many times n_clusters centres, then group those cells into "
+        "n_clusters by their masses (1: anneal to n_clusters): more time for a lower "
+        "inertia on a continuum (colours, patches) at large k.",
+        1.0,
+    ),
     # A job's cost grows with these; the caps keep one request from holding a worker for days.
     "max_iter": Exposed("Iterations at most, over all temperatures.", 300, cap=100_000),
     "tol": Exposed("Convergence tolerance on centre movement.", 1e-4),

@@ -19,6 +19,7 @@ ENGINE_PARAMS: tuple[str, ...] = (
     "sigma0",
     "sigma_min",
     "cooling",
+    "overshoot",
     "max_iter",
     "tol",
     "init",
@@ -53,6 +54,7 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
         sigma0: float | str | None = None,
         sigma_min: float | str | None = None,
         cooling: float | None = None,
+        overshoot: float | None = None,
         max_iter: int | None = None,
         tol: float | None = None,
         init: Any = None,
@@ -73,6 +75,7 @@ class RemoteRBFKMeans(ClusterMixin, BaseEstimator):
         self.sigma0 = sigma0
         self.sigma_min = sigma_min
         self.cooling = cooling
+        self.overshoot = overshoot
         self.max_iter = max_iter
         self.tol = tol
         self.init = init

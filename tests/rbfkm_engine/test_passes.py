@@ -230,6 +230,48 @@ def test_twins_fold_into_their_centres_nonzero_count() -> None:
     assert folded.mean_nnz < plain.mean_nnz
 
 
+@pytest.mark.parametrize(
+    ("path", "assignment", "sigma"),
+    [
+        ("kernel", "entmax15", 0.3),
+        ("kernel", "entmax15", 3.0),
+        ("torch", "entmax15", 0.3),
+        ("torch", "entmax15", 3.0),
+        ("torch", "softmax", 0.3),
+    ],
+)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_row_shared_with_its_twin_alone_counts_as_not_shared(
+    path: str, assignment: str, sigma: float, weighted: bool
+) -> None:
+    # Twelve centres on a grid, each with a twin close by: most rows are shared by a
+    # centre and its twin alone, those near a boundary by two centres. At sigma 0.3 the
+    # soft rows' supports are narrow (the torch pass packs them), at 3.0 wide.
+    gen = torch.Generator().manual_seed(9)
+    grid = torch.tensor([[float(i), float(j)] for i in range(4) for j in range(3)]) * 4.0
+    X = (grid.repeat(40, 1) + 0.8 * torch.randn(480, 2, generator=gen)).double()
+    w = weights(X.shape[0]) if weighted else None
+    full = torch.cat([grid, grid + 0.05]).double()
+    ws = workspace_on(path, X, w, 12, chunk_size=64)
+    _, _, shared = ws.step(full, sigma, assignment, twins_from=12)
+    _, _, plain = ws.step(full, sigma, assignment)
+    D = torch.cdist(X, full) ** 2
+    R = entmax15(-D / sigma, dim=1) if assignment == "entmax15" else torch.softmax(-D / sigma, 1)
+    folded = R[:, :12] + R[:, 12:]
+    if assignment == "entmax15":
+        soft = (folded > 0).sum(dim=1) > 1
+    else:
+        soft = -torch.log(folded.max(dim=1).values) > 1e-6
+    wv = torch.ones(X.shape[0], dtype=X.dtype) if w is None else w
+    expected = float(wv[soft].sum())
+    assert 0 < expected < plain.soft_weight
+    assert shared.shared_weight == pytest.approx(expected)
+    # The rows that are not one-hot are those of the plain pass; without twins every soft
+    # row is shared.
+    assert (shared.n_soft, shared.soft_weight) == (plain.n_soft, plain.soft_weight)
+    assert plain.shared_weight == plain.soft_weight
+
+
 def soft_pass(
     X: torch.Tensor,
     w: torch.Tensor | None,

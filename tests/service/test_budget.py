@@ -52,6 +52,13 @@ def test_an_oversized_job_is_refused_saying_what_to_change(
     assert refused.value.field == "body.n_clusters"
 
 
+def test_annealing_past_k_counts_in_the_job_memory() -> None:
+    plain = job_memory(100_000, 8, 4, {"n_clusters": 256})
+    past = job_memory(100_000, 8, 4, {"n_clusters": 256, "overshoot": 2.0})
+    assert past.fit.total > plain.fit.total
+    assert past.dataset == plain.dataset and past.result == plain.result
+
+
 def test_float64_datasets_count_eight_bytes_a_value() -> None:
     params = {"n_clusters": 4}
     wide = check_job_memory(meta(1000, 10, "float64"), params, budget=GIB)
