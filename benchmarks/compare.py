@@ -1,7 +1,9 @@
 """rbfkm_engine against its CPU peers, side by side, in one process and one run.
 
 Peers: scikit-learn ``KMeans`` (n_init=1 and 10), ``faiss.Kmeans`` (faiss-cpu) and
-fast-pytorch-kmeans ``KMeans``. Every library is pinned to the same number of threads.
+fast-pytorch-kmeans ``KMeans``. Every library is pinned to the same number of threads. The
+engine runs with each map at its defaults; ``rbfkm-overshoot`` (entmax15 with
+``overshoot=2``) runs only when ``--only`` names it.
 
 Three parts per data set:
 
