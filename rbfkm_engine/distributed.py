@@ -47,6 +47,7 @@ def build_parser(prog: str = "python -m rbfkm_engine.distributed") -> argparse.A
     parser.add_argument("--max-iter", type=int, default=300)
     parser.add_argument("--tol", type=float, default=1e-4)
     parser.add_argument("--cooling", type=float, default=0.8)
+    parser.add_argument("--overshoot", type=float, default=1.0, help="anneal past k (1 to 4)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
     parser.add_argument("--chunk-size", type=int, default=None, help="rows per block")
     parser.add_argument("--random-state", type=int, default=0)
@@ -83,6 +84,7 @@ def estimator(args: argparse.Namespace) -> RBFKMeans:
         max_iter=args.max_iter,
         tol=args.tol,
         cooling=args.cooling,
+        overshoot=args.overshoot,
         dtype=args.dtype,
         chunk_size=args.chunk_size,
         random_state=args.random_state,

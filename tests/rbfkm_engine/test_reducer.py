@@ -28,6 +28,9 @@ CASES: dict[str, tuple[dict, bool]] = {
     "hard-random": ({"assignment": "hard", "n_clusters": 5, "init": "random"}, True),
     "softmax": ({"assignment": "softmax", "n_clusters": 6}, False),
     "entmax15": ({"assignment": "entmax15", "n_clusters": 7}, True),
+    # Annealed past k: the cells' masses summed over the shards, their fit the same on
+    # every rank.
+    "overshoot": ({"assignment": "entmax15", "n_clusters": 7, "overshoot": 2.0}, True),
     # float64 data fitted in float32: labels_ and inertia_ come from predict's own pass.
     "entmax15-float32": ({"assignment": "entmax15", "n_clusters": 4, "dtype": "float32"}, False),
     # k chosen from the path (the gap statistic: reference sets in the union's principal
