@@ -38,26 +38,27 @@ import gc, resource, sys, warnings
 import numpy as np
 from rbfkm_engine import RBFKMeans
 from rbfkm_engine.memory import fit_memory
-n, d, k, assignment, offset = {args}
+n, d, k, assignment, offset, overshoot = {args}
 X = np.random.default_rng(0).normal(size=(n, d)) + offset  # float64: the fit converts it
 warnings.simplefilter("ignore")
 RBFKMeans(2, assignment=assignment, random_state=0, device="cpu", max_iter=3).fit(X[:50])
 gc.collect()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-RBFKMeans(k, assignment=assignment, random_state=0, device="cpu").fit(X)
+RBFKMeans(k, assignment=assignment, overshoot=overshoot, random_state=0, device="cpu").fit(X)
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-print(grown, fit_memory(n, d, k, assignment=assignment).total)
+print(grown, fit_memory(n, d, k, assignment=assignment, overshoot=overshoot).total)
 """
 
 
 @pytest.mark.parametrize(
     "args",
     [
-        (100_000, 32, 64, "entmax15", 0.0),
-        (50_000, 8, 50, "entmax15", 1e3),  # far from the origin: a centred copy
-        (2_000, 4_000, 16, "softmax", 0.0),  # wider than long: no covariance
-        (2, 100_000, 2, "entmax15", 0.0),  # Lanczos's vectors, no 80 GB covariance
-        (100_000, 32, 64, "hard", 0.0),
+        (100_000, 32, 64, "entmax15", 0.0, 1.0),
+        (50_000, 8, 50, "entmax15", 1e3, 1.0),  # far from the origin: a centred copy
+        (2_000, 4_000, 16, "softmax", 0.0, 1.0),  # wider than long: no covariance
+        (2, 100_000, 2, "entmax15", 0.0, 1.0),  # Lanczos's vectors, no 80 GB covariance
+        (100_000, 32, 64, "hard", 0.0, 1.0),
+        (100_000, 3, 256, "entmax15", 0.0, 2.0),  # annealed past k: 512 cells, their fit
     ],
 )
 def test_a_fits_peak_memory_stays_under_the_bound(args: tuple) -> None:
