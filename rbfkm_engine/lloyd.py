@@ -16,7 +16,7 @@ from .context import FitContext
 from .progress import Phase, record
 
 #: A trial's Lloyd phase may be abandoned after this many iterations (``bound_to_end_above``).
-TRIAL_CHECK_AFTER = 3
+TRIAL_CHECK_AFTER = 10
 
 
 def lloyd(
@@ -45,15 +45,11 @@ def lloyd(
     converged = False
     iters = 0
     seen: list[float] = []
-    if budget.lloyd_from is None:
-        budget.lloyd_from = budget.n_iter
-    room = max(1, budget.max_iter - budget.lloyd_from)
     last = None
     while not budget.exhausted:
         C, shift, last = ws.lloyd_iteration(C, warm=warm or iters > 0)
         iters += 1
-        done = (budget.n_iter + 1 - budget.lloyd_from) / room
-        budget.tick(0.0, last.objective, (1.0 - LLOYD_SHARE) + LLOYD_SHARE * done, phase)
+        budget.tick(0.0, last.objective, budget.lloyd_fraction(1.0 - LLOYD_SHARE), phase)
         # Re-seeding an empty cluster moves its centre, so it shows in the shift; where it
         # cannot move (every point coincides with a centre) this is still a fixed point.
         if shift <= ctx.tol:

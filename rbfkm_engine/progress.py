@@ -80,8 +80,10 @@ class IterationStats:
 class Budget:
     """The iterations all phases of one run draw on, and the progress callback.
 
-    ``offset`` and ``scale`` place this run's ``fraction`` within a fit of several runs
-    (``n_init``); ``iteration_offset`` counts the iterations of the runs before it.
+    ``max_iter``: the iterations the run may use, annealing and Lloyd first; the local
+    search raises it by a budget of its own (:meth:`extend`). ``offset`` and ``scale``
+    place this run's ``fraction`` within a fit of several runs (``n_init``);
+    ``iteration_offset`` counts the iterations of the runs before it.
     """
 
     def __init__(
@@ -99,14 +101,32 @@ class Budget:
         self.offset = offset
         self.scale = scale
         self.stopped = False
-        # Iterations done when the first Lloyd phase began (progress of the Lloyd phases
-        # after moves continues from there).
-        self.lloyd_from: int | None = None
+        # The iteration and the progress fraction the Lloyd phases' share of the progress
+        # runs on from: where the first Lloyd phase began, then where the budget was
+        # extended (the local search's Lloyd phases go on from there).
+        self.lloyd_from: tuple[int, float] | None = None
 
     @property
     def exhausted(self) -> bool:
         """Whether the run must end: the callback stopped it or ``max_iter`` is spent."""
         return self.stopped or self.n_iter >= self.max_iter
+
+    def lloyd_fraction(self, start: float) -> float:
+        """The progress fraction a Lloyd phase's next iteration reaches: from ``start`` where
+        the first Lloyd phase began to 1 at the end of the budget."""
+        if self.lloyd_from is None:
+            self.lloyd_from = (self.n_iter, start)
+        first, base = self.lloyd_from
+        return base + (1.0 - base) * (self.n_iter + 1 - first) / max(1, self.max_iter - first)
+
+    def extend(self, iterations: int) -> None:
+        """Allow ``iterations`` more from now (the local search's own budget); the progress
+        fraction goes on from where the last iteration left it."""
+        if self.lloyd_from is not None:
+            first, base = self.lloyd_from
+            reached = base + (1.0 - base) * (self.n_iter - first) / max(1, self.max_iter - first)
+            self.lloyd_from = (self.n_iter, min(1.0, reached))
+        self.max_iter = self.n_iter + iterations
 
     def tick(self, sigma: float, objective: float, fraction: float, phase: Phase) -> None:
         """Count one iteration and tell the callback (which may stop the run)."""

@@ -88,7 +88,12 @@ EXPOSED: dict[str, Exposed] = {
         1.0,
     ),
     # A job's cost grows with these; the caps keep one request from holding a worker for days.
-    "max_iter": Exposed("Iterations at most, over all temperatures.", 300, cap=100_000),
+    "max_iter": Exposed(
+        "Iterations of annealing and the Lloyd finish; the local search may use twice as "
+        "many more.",
+        300,
+        cap=100_000,
+    ),
     "tol": Exposed("Convergence tolerance on centre movement.", 1e-4),
     "init": Exposed(
         "`k-means++`, `random`, or initial centres (n_clusters rows of n_features).",

@@ -41,7 +41,7 @@ def test_lloyd_reaches_a_fixed_point() -> None:
     assert record["iterations"] == ctx.budget.n_iter > TRIAL_CHECK_AFTER
     assert record["objective"] == record["inertia"]
     assert record["inertia"] == pytest.approx(ws.hard_labels(C), rel=1e-9)
-    assert ctx.budget.lloyd_from == 0
+    assert ctx.budget.lloyd_from == (0, 1.0 - LLOYD_SHARE)
 
 
 def test_a_fixed_point_of_low_precision_products_is_confirmed_in_float32(
@@ -124,9 +124,11 @@ def test_an_empty_cluster_is_reseeded_and_lloyd_still_converges() -> None:
 
 
 def test_bound_to_end_above_extrapolates_the_falling_inertia() -> None:
-    assert not bound_to_end_above([10.0, 5.0], 1.0)  # too early to tell
-    assert bound_to_end_above([10.0, 9.0, 8.9], 8.0)  # steps shrink 10x: ends near 8.88
-    assert not bound_to_end_above([10.0, 9.0, 8.5], 8.0)  # steps halve: may reach 8
-    assert not bound_to_end_above([10.0, 9.0, 7.9], 8.0)  # already below
-    assert not bound_to_end_above([10.0, 10.0, 9.9], 8.0)  # no step before: no rate
-    assert not bound_to_end_above([10.0, 9.0, 9.1], 8.0)  # rising: not the geometric regime
+    # The rule looks at the last three inertias once TRIAL_CHECK_AFTER are known.
+    early = [float(11 + i) for i in reversed(range(TRIAL_CHECK_AFTER - 3))]
+    assert not bound_to_end_above([*early[1:], 10.0, 9.0, 8.9], 8.0)  # too early to tell
+    assert bound_to_end_above([*early, 10.0, 9.0, 8.9], 8.0)  # steps shrink 10x: ends near 8.88
+    assert not bound_to_end_above([*early, 10.0, 9.0, 8.5], 8.0)  # steps halve: may reach 8
+    assert not bound_to_end_above([*early, 10.0, 9.0, 7.9], 8.0)  # already below
+    assert not bound_to_end_above([*early, 10.0, 10.0, 9.9], 8.0)  # no step before: no rate
+    assert not bound_to_end_above([*early, 10.0, 9.0, 9.1], 8.0)  # rising: not geometric

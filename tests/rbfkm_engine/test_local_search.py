@@ -24,6 +24,7 @@ from rbfkm_engine.local_search import (
     split_merges,
 )
 from rbfkm_engine.search_passes import cluster_halves
+from rbfkm_engine.solver import search_budget
 from rbfkm_engine.swaps import ranked_split_merges, split_gain
 
 from .conftest import blob_tensor, make_context
@@ -101,7 +102,7 @@ def test_fit_ends_with_swaps_that_lower_the_inertia() -> None:
     # beyond the rounding of float32 data (each kept move gains over 1e-5).
     assert m.inertia_ <= lloyd_phases[-1] * (1 + 1e-6)
     assert m.inertia_ == pytest.approx(lloyd_phases[-1], rel=1e-4)
-    assert m.n_iter_ <= m.max_iter
+    assert m.n_iter_ <= m.max_iter + search_budget(m.max_iter)
     np.testing.assert_array_equal(m.labels_, m.predict(X))
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import typing
 
 import pytest
@@ -29,6 +30,35 @@ def test_ticks_count_until_the_budget_is_exhausted() -> None:
         budget.tick(1.0, 2.0, 0.1 * i, "anneal")
     assert budget.n_iter == 3
     assert budget.exhausted and not budget.stopped
+
+
+def test_an_extended_budget_allows_more_and_its_fraction_goes_on_rising() -> None:
+    budget = Budget(6)
+    for _ in range(2):  # annealing
+        budget.tick(1.0, 1.0, 0.1, "anneal")
+    fractions = []
+    for _ in range(4):  # the Lloyd finish spends the rest
+        fractions.append(budget.lloyd_fraction(0.8))
+        budget.tick(0.0, 1.0, fractions[-1], "lloyd")
+    assert budget.exhausted and fractions[-1] == pytest.approx(1.0)
+    assert budget.lloyd_from == (2, 0.8)
+    budget.extend(3)
+    assert not budget.exhausted and budget.max_iter == 9
+    for _ in range(3):
+        fractions.append(budget.lloyd_fraction(0.8))
+        budget.tick(0.0, 1.0, fractions[-1], "swap")
+    assert budget.exhausted and budget.n_iter == 9
+    assert all(b >= a for a, b in itertools.pairwise(fractions))
+    assert fractions[-1] == pytest.approx(1.0)
+
+
+def test_an_extension_midway_keeps_the_fraction_reached() -> None:
+    budget = Budget(10)
+    budget.tick(0.0, 1.0, budget.lloyd_fraction(0.5), "lloyd")
+    reached = 0.5 + 0.5 * 1 / 10
+    budget.extend(5)
+    assert budget.lloyd_from == (1, pytest.approx(reached))
+    assert budget.lloyd_fraction(0.5) == pytest.approx(reached + (1.0 - reached) / 5)
 
 
 def test_the_callback_is_told_every_tick() -> None:

@@ -8,11 +8,12 @@ from itertools import pairwise
 import pytest
 import torch
 
+from rbfkm_engine import solver
 from rbfkm_engine.anneal import Schedule
 from rbfkm_engine.moments import largest_eigenvalue, weighted_covariance
 from rbfkm_engine.passes import Workspace
 from rbfkm_engine.progress import PHASES, FitProgress
-from rbfkm_engine.solver import SolverResult, annealing_budget, solve
+from rbfkm_engine.solver import SolverResult, annealing_budget, search_budget, solve
 from rbfkm_engine.temperature import (
     critical_temperature,
     geometric_schedule,
@@ -117,7 +118,7 @@ def test_n_iter_counts_the_budget_ticks() -> None:
     result = run(X, schedule(X), callback=seen.append)
     assert result.n_iter == len(seen) > 0
     assert [info.iteration for info in seen] == list(range(1, result.n_iter + 1))
-    assert result.n_iter <= 300
+    assert result.n_iter <= 300 + search_budget(300)
     # Every kept record's iterations were ticked (trials not kept leave no record).
     assert sum(record["iterations"] for record in result.history) <= result.n_iter
 
@@ -128,6 +129,39 @@ def test_max_iter_bounds_the_whole_run() -> None:
     assert result.n_iter == 6
     assert not result.converged and not result.stopped_early
     assert result.centres.shape == (4, 2)
+
+
+def _finish_end(result: SolverResult) -> int:
+    """Iterations of annealing and the first Lloyd phase (the finish)."""
+    records = result.history
+    first = next(i for i, record in enumerate(records) if record["sigma"] == 0.0)
+    return sum(record["iterations"] for record in records[: first + 1])
+
+
+def test_the_local_search_has_a_budget_of_its_own() -> None:
+    # A max_iter the annealing and the finish use up entirely still leaves the search a
+    # budget of its own: here all it needs, so the run is the same as with 300.
+    X = data()
+    plan = schedule(X)
+    full = run(X, plan)
+    finish = _finish_end(full)
+    assert full.n_iter - finish > 0  # the search ran
+    assert full.n_iter - finish <= search_budget(finish)
+    tight = run(X, plan, max_iter=finish)
+    assert tight.converged and tight.n_iter == full.n_iter > finish
+    torch.testing.assert_close(tight.centres, full.centres)
+
+
+def test_the_local_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    X = data()
+    plan = schedule(X)
+    finish = _finish_end(run(X, plan))
+    monkeypatch.setattr(solver, "search_budget", lambda max_iter: 2)
+    result = run(X, plan, max_iter=finish)
+    assert result.n_iter == finish + 2
+    # A trial cut short by the budget is not kept: the run ends on the finish's fixed point.
+    assert result.converged and not result.stopped_early
+    assert [record["sigma"] for record in result.history].count(0.0) == 1
 
 
 def test_a_callback_stop_ends_the_run_with_consistent_results() -> None:
