@@ -1225,11 +1225,18 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         *soft = 0;                                                                             \
         *energy = dist;                                                                        \
         const T bound = dmin + 2 * sigma;                                                      \
-        for (int64_t j = 0; j < s->k; j++) {                                                   \
-            if (!(p[j] < bound)) continue;                                                     \
-            const T score = (p[j] - dmin) / -sigma;                                            \
-            s->z[n] = score > (T)-4 ? score : (T)-4;                                           \
-            s->cols[n++] = j;                                                                  \
+        const V limit = (V){0} + bound;                                                        \
+        for (int64_t j0 = 0; j0 < s->kp; j0 += LANES) { /* a lane test, then the few in */     \
+            V lanes;                                                                           \
+            memcpy(&lanes, p + j0, sizeof lanes);                                              \
+            if (!any_##SUFFIX(lanes < limit)) continue;                                        \
+            const int64_t end = j0 + LANES < s->k ? j0 + LANES : s->k;                         \
+            for (int64_t j = j0; j < end; j++) {                                               \
+                if (!(p[j] < bound)) continue;                                                 \
+                const T score = (p[j] - dmin) / -sigma;                                        \
+                s->z[n] = score > (T)-4 ? score : (T)-4;                                       \
+                s->cols[n++] = j;                                                              \
+            }                                                                                  \
         }                                                                                      \
         if (n < 2) {                                                                           \
             s->q[0] = 1;                                                                       \
@@ -1252,10 +1259,10 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         return j < s->twins ? j : j - s->twins;                                                \
     }                                                                                          \
                                                                                                \
-    /* Row i's share of the pass, from its partial distances p (kp columns, padding +inf). */  \
-    static void soft_row_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t i, const T *p) {         \
-        T dmin;                                                                                \
-        const int64_t lab = nearest_row_##SUFFIX(p, s->kp, &dmin, NULL);                       \
+    /* Row i's share of the pass, from its partial distances p (kp columns, padding +inf),     \
+     * their least dmin and its column lab (nearest_row's). */                                 \
+    static void soft_row_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t i, const T *p,           \
+                                  int64_t lab, T dmin) {                                       \
         const T x_sq = s->x_sq[i];                                                             \
         T dist = dmin + x_sq;                                                                  \
         dist = dist < (T)0 ? (T)0 : dist;                                                      \
@@ -1290,17 +1297,27 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         stats[5] += centres > 1 ? wi : 0.0; /* shared by two centres, twins folded */          \
     }                                                                                          \
                                                                                                \
-    /* The partial distances of the ROWS rows xs to every centre, into part (ROWS x kp). */    \
+    /* The partial distances of the ROWS rows xs to every centre, into part (ROWS x kp), and   \
+     * each row's least (dmin) and its column (lab): nearest_row's, kept while the partials    \
+     * are in registers rather than read back. */                                              \
     static void soft_partials_##SUFFIX(const T *const xs[ROWS], int64_t d, const T *CT,        \
-                                       const T *c_sq, int64_t kp, T *part) {                   \
-        V acc[ROWS][GROUPS];                                                                   \
+                                       const T *c_sq, int64_t kp, T *part,                     \
+                                       int64_t lab[ROWS], T dmin[ROWS]) {                      \
+        V acc[ROWS][GROUPS], best[ROWS];                                                       \
+        V##_index at[ROWS], idx = iota_##SUFFIX();                                             \
+        for (int r = 0; r < ROWS; r++) start_##SUFFIX(&best[r], &at[r]);                       \
         for (int64_t j = 0; j < kp;) {                                                         \
             const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
-            for (int r = 0; r < ROWS; r++)                                                     \
-                for (int g = 0; g < G; g++)                                                    \
+            for (int g = 0; g < G; g++) {                                                      \
+                for (int r = 0; r < ROWS; r++) {                                               \
                     memcpy(part + r * kp + j + g * LANES, &acc[r][g], sizeof(V));              \
+                    keep_min_##SUFFIX(acc[r][g], idx, &best[r], &at[r]);                       \
+                }                                                                              \
+                idx += LANES;                                                                  \
+            }                                                                                  \
             j += G * LANES;                                                                    \
         }                                                                                      \
+        for (int r = 0; r < ROWS; r++) lab[r] = reduce_##SUFFIX(best[r], at[r], &dmin[r]);     \
     }                                                                                          \
                                                                                                \
     void soft_block_##SUFFIX(const T *X, int64_t m, int64_t d, const T *x_sq, const T *CT,     \
@@ -1315,15 +1332,21 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
                                      z + 2 * kp, cols, mark};                                  \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
+            int64_t lab[ROWS];                                                                 \
+            T dmin[ROWS];                                                                      \
             if (D) {                                                                           \
-                for (int r = 0; r < rows; r++)                                                 \
-                    soft_row_##SUFFIX(&s, i + r, D + (i + r) * ldd);                           \
+                for (int r = 0; r < rows; r++) {                                               \
+                    const T *p = D + (i + r) * ldd;                                            \
+                    lab[r] = nearest_row_##SUFFIX(p, kp, &dmin[r], NULL);                      \
+                    soft_row_##SUFFIX(&s, i + r, p, lab[r], dmin[r]);                          \
+                }                                                                              \
                 continue;                                                                      \
             }                                                                                  \
             const T *xs[ROWS];                                                                 \
             row_group_##SUFFIX(X, d, i, rows, xs);                                             \
-            soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part);                                 \
-            for (int r = 0; r < rows; r++) soft_row_##SUFFIX(&s, i + r, part + r * kp);        \
+            soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part, lab, dmin);                      \
+            for (int r = 0; r < rows; r++)                                                     \
+                soft_row_##SUFFIX(&s, i + r, part + r * kp, lab[r], dmin[r]);                  \
         }                                                                                      \
     }
 
@@ -1382,8 +1405,10 @@ SOFT_PASS(double, vdouble, 4, f64)
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
             if (!D) {                                                                          \
                 const T *xs[ROWS];                                                             \
+                int64_t nearest[ROWS]; /* unused here */                                       \
+                T least[ROWS];                                                                 \
                 row_group_##SUFFIX(X, d, i, rows, xs);                                         \
-                soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part);                             \
+                soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part, nearest, least);             \
             }                                                                                  \
             for (int r = 0; r < rows; r++) {                                                   \
                 const int64_t row = i + r, lab = labels[row];                                  \
