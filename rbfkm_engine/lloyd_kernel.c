@@ -1391,37 +1391,77 @@ SOFT_PASS(double, vdouble, 4, f64)
         return reduce_##SUFFIX(best, at, join);                                                \
     }                                                                                          \
                                                                                                \
+    /* hartigan_join of the ROWS rows xs at once (squared norms xsq, weights wi, clusters      \
+     * lab), from their direct partials while those are in registers: the same values, none    \
+     * stored and read back. */                                                                \
+    static void hartigan_joins_##SUFFIX(const T *const xs[ROWS], int64_t d, const T *CT,       \
+                                        const T *c_sq, int64_t kp, const T xsq[ROWS],          \
+                                        const T wi[ROWS], const T *mass, const T *factor,      \
+                                        const int64_t lab[ROWS], int64_t to[ROWS],             \
+                                        T join[ROWS], T own[ROWS]) {                           \
+        V acc[ROWS][GROUPS], best[ROWS], zero = {0}, inf = zero + (T)INFINITY;                 \
+        V##_index at[ROWS], idx = iota_##SUFFIX();                                             \
+        for (int r = 0; r < ROWS; r++) start_##SUFFIX(&best[r], &at[r]);                       \
+        for (int64_t j = 0; j < kp;) {                                                         \
+            const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
+            for (int g = 0; g < G; g++, idx += (I)LANES) {                                     \
+                const int64_t col = j + g * LANES;                                             \
+                V given;                                                                       \
+                memcpy(&given, (factor ? factor : mass) + col, sizeof given);                  \
+                for (int r = 0; r < ROWS; r++) {                                               \
+                    V dist = acc[r][g] + xsq[r];                                               \
+                    dist = select_##SUFFIX(dist < zero, zero, dist);                           \
+                    const V f = factor ? given : given / (given + wi[r]);                      \
+                    const V##_index own_lane = (V##_index){0} + (I)lab[r];                     \
+                    keep_min_##SUFFIX(select_##SUFFIX(idx == own_lane, inf, dist * f), idx,    \
+                                      &best[r], &at[r]);                                       \
+                    if (lab[r] >= col && lab[r] < col + LANES) {                               \
+                        const T d_own = acc[r][g][lab[r] - col] + xsq[r];                      \
+                        own[r] = d_own < (T)0 ? (T)0 : d_own;                                  \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+            j += G * LANES;                                                                    \
+        }                                                                                      \
+        for (int r = 0; r < ROWS; r++) to[r] = reduce_##SUFFIX(best[r], at[r], &join[r]);      \
+    }                                                                                          \
+                                                                                               \
     int64_t hartigan_batch_##SUFFIX(const T *X, int64_t m, int64_t d, const T *x_sq,           \
                                     const T *CT, const T *c_sq, int64_t kp, const T *D,        \
                                     int64_t ldd, const T *w, const T *mass, T keep,            \
                                     int64_t *labels, T *scratch) {                             \
-        T *part = scratch, *factor = NULL;                                                     \
+        T *factor = NULL;                                                                      \
         if (!w) { /* every weight 1: the factors once for the block */                         \
-            factor = scratch + ROWS * kp;                                                      \
+            factor = scratch;                                                                  \
             for (int64_t j = 0; j < kp; j++) factor[j] = mass[j] / (mass[j] + (T)1);           \
         }                                                                                      \
         int64_t moved = 0;                                                                     \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
+            int64_t lab[ROWS], to[ROWS];                                                       \
+            T xsq[ROWS], wi[ROWS], join[ROWS], own[ROWS];                                      \
+            for (int r = 0; r < ROWS; r++) { /* the last group padded with its last row */     \
+                const int64_t row = i + (r < rows ? r : rows - 1);                             \
+                lab[r] = labels[row];                                                          \
+                xsq[r] = x_sq[row];                                                            \
+                wi[r] = w ? w[row] : (T)1;                                                     \
+            }                                                                                  \
             if (!D) {                                                                          \
                 const T *xs[ROWS];                                                             \
-                int64_t nearest[ROWS]; /* unused here */                                       \
-                T least[ROWS];                                                                 \
                 row_group_##SUFFIX(X, d, i, rows, xs);                                         \
-                soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part, nearest, least);             \
+                hartigan_joins_##SUFFIX(xs, d, CT, c_sq, kp, xsq, wi, mass, factor, lab, to,   \
+                                        join, own);                                            \
+            } else {                                                                           \
+                for (int r = 0; r < rows; r++)                                                 \
+                    to[r] = hartigan_join_##SUFFIX(D + (i + r) * ldd, kp, xsq[r], wi[r], mass, \
+                                                   factor, lab[r], &join[r], &own[r]);         \
             }                                                                                  \
             for (int r = 0; r < rows; r++) {                                                   \
-                const int64_t row = i + r, lab = labels[row];                                  \
-                const T wi = w ? w[row] : (T)1;                                                \
-                const T rest = mass[lab] - wi;                                                 \
-                if (!(rest > (T)0) || !(wi > (T)0)) continue;                                  \
-                const T *p = D ? D + row * ldd : part + r * kp;                                \
-                T join, own;                                                                   \
-                const int64_t to = hartigan_join_##SUFFIX(p, kp, x_sq[row], wi, mass, factor,  \
-                                                          lab, &join, &own);                   \
-                const T leave = own * mass[lab] / (rest > (T)1e-30 ? rest : (T)1e-30);         \
-                if (join < keep * leave) {                                                     \
-                    labels[row] = to;                                                          \
+                const T rest = mass[lab[r]] - wi[r];                                           \
+                if (!(rest > (T)0) || !(wi[r] > (T)0)) continue;                               \
+                const T leave = own[r] * mass[lab[r]] / (rest > (T)1e-30 ? rest : (T)1e-30);   \
+                if (join[r] < keep * leave) {                                                  \
+                    labels[i + r] = to[r];                                                     \
                     moved++;                                                                   \
                 }                                                                              \
             }                                                                                  \
@@ -1439,6 +1479,5 @@ int64_t lloyd_lanes(void) { return 8; }
  * row's scores, responsibilities and sort space. */
 int64_t soft_scratch(int64_t kp) { return (ROWS + 3) * kp; }
 
-/* The values of scratch hartigan_batch needs for kp columns: a partial-distance block
- * and the columns' factors. */
-int64_t hartigan_scratch(int64_t kp) { return (ROWS + 1) * kp; }
+/* The values of scratch hartigan_batch needs for kp columns: the columns' factors. */
+int64_t hartigan_scratch(int64_t kp) { return kp; }
