@@ -273,7 +273,7 @@ def _hartigan_sweeps(
     lower = best.second.double().clamp_min(0.0).sqrt_().sub_(gap)
     state = HartiganState(labels, means.double(), mass.double(), lower)
     for _ in range(HARTIGAN_SWEEPS):
-        state.sort_gaps(HARTIGAN_NEIGHBOURS)
+        state.sort_gaps(HARTIGAN_NEIGHBOURS, ws.pool)
         moved = hartigan_sweep(ws, state)
         if moved is None:
             return None

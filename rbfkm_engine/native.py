@@ -46,6 +46,7 @@ import torch
 
 from .bounds import GAP_BLOCK, Drift, rounding_margin
 from .distances import squared_norms
+from .parallel import BlockPool
 
 log = logging.getLogger(__name__)
 
@@ -387,22 +388,26 @@ class HartiganState:
     def __post_init__(self) -> None:
         self.path = torch.zeros(self.means.shape[0], dtype=torch.float64)
 
-    def sort_gaps(self, width: int) -> None:
+    def sort_gaps(self, width: int, pool: BlockPool | None = None) -> None:
         """``gaps`` and ``order`` of the means as they are now, at most ``width`` per
-        cluster (itself first), ``GAP_BLOCK`` clusters at a time; the gaps are lowered by
-        their rounding."""
+        cluster (itself first), ``GAP_BLOCK`` clusters at a time, on ``pool``'s threads
+        where given (each block its own rows); the gaps are lowered by their rounding."""
         means = self.means
         k = means.shape[0]
         width = min(width, k)
-        self.gaps = torch.empty((k, width), dtype=torch.float64)
-        self.order = torch.empty((k, width), dtype=torch.long)
+        self.gaps = gaps = torch.empty((k, width), dtype=torch.float64)
+        self.order = order = torch.empty((k, width), dtype=torch.long)
         c_sq_max = float(squared_norms(means).max())
         margin = rounding_margin(c_sq_max, c_sq_max, means.shape[1], means.dtype)
-        for start in range(0, k, GAP_BLOCK):
-            rows = slice(start, start + GAP_BLOCK)
-            gaps = torch.cdist(means[rows], means)
-            torch.topk(gaps, width, dim=1, largest=False, out=(self.gaps[rows], self.order[rows]))
-        self.gaps.sub_(margin)
+
+        def block(rows: slice) -> None:
+            near = torch.cdist(means[rows], means)
+            torch.topk(near, width, dim=1, largest=False, out=(gaps[rows], order[rows]))
+
+        blocks = [slice(start, start + GAP_BLOCK) for start in range(0, k, GAP_BLOCK)]
+        for _ in pool.map(block, blocks) if pool is not None else map(block, blocks):
+            pass
+        gaps.sub_(margin)
 
 
 class LloydKernel:
