@@ -26,6 +26,7 @@ is always a converged fixed point no worse than the one the search started from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,17 @@ from .swaps import (
     removal_costs,
     split_gain,
 )
+
+#: The local search's own budget, in iterations per ``max_iter``: its Lloyd phases settle
+#: moves, and where Lloyd converges slowly (a continuum, many centres) the finish before it
+#: may have used most of ``max_iter``, and each trial takes tens of iterations.
+SEARCH_SHARE = 2.0
+
+
+def search_budget(max_iter: int) -> int:
+    """Iterations the local search may use, on top of a run's ``max_iter`` (the caller
+    extends the run's budget by them before :func:`refine`)."""
+    return math.ceil(SEARCH_SHARE * max_iter)
 
 
 @dataclass

@@ -26,15 +26,10 @@ from .coarsen import coarsen
 from .context import FitContext
 from .kpath import PATH_CENTRES_LIMIT, PathCount, PathRecorder, settle_path
 from .lloyd import lloyd
-from .local_search import refine
+from .local_search import refine, search_budget
 from .overshoot import annealed_centres
 from .passes import Workspace
 from .twins import Twins
-
-#: The local search's own budget, in iterations per ``max_iter``: its Lloyd phases settle
-#: moves, and where Lloyd converges slowly (a continuum, many centres) the finish before it
-#: may have used most of ``max_iter``, and each trial takes tens of iterations.
-SEARCH_SHARE = 2.0
 
 
 @dataclass
@@ -67,11 +62,6 @@ class AutoK:
 def annealing_budget(max_iter: int) -> int:
     """Iterations annealing may use: ``max_iter`` less the share kept for Lloyd."""
     return max_iter - max(1, math.ceil(LLOYD_SHARE * max_iter))
-
-
-def search_budget(max_iter: int) -> int:
-    """Iterations the local search may use, on top of the run's ``max_iter``."""
-    return math.ceil(SEARCH_SHARE * max_iter)
 
 
 def _grown_centres(ws: Workspace, schedule: Schedule, auto: AutoK | None) -> int:

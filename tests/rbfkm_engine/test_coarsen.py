@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from rbfkm_engine import RBFKMeans, solver
+from rbfkm_engine import coarsen as coarsen_module
 from rbfkm_engine.coarsen import coarsen
+from rbfkm_engine.local_search import search_budget
 from rbfkm_engine.memory import fit_memory
 from rbfkm_engine.overshoot import annealed_centres
 
@@ -38,6 +40,22 @@ def test_the_cells_are_grouped_by_what_each_grouping_costs_with_its_mass(seed: i
     # Whatever the draws, in the order of the first cell each takes: the far cell's first.
     expected = torch.tensor([[10.0], [0.5]], dtype=X.dtype)
     torch.testing.assert_close(centres, expected, atol=1e-3, rtol=0)
+
+
+def test_the_cells_search_has_a_budget_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a fit's: the cells' Lloyd may use its max_iter, and the search gets its own.
+    seen: list[tuple[int, int]] = []
+
+    def refine(ctx, C):
+        seen.append((ctx.budget.n_iter, ctx.budget.max_iter))
+        return C
+
+    monkeypatch.setattr(coarsen_module, "refine", refine)
+    X = line_groups()
+    ctx = make_context(X, 2, max_iter=50)
+    coarsen(ctx, torch.tensor([[10.0], [0.0], [1.0]], dtype=X.dtype))
+    ((done, limit),) = seen
+    assert limit == done + search_budget(50)
 
 
 def test_fewer_cells_with_points_than_centres_are_kept_and_the_rest_seeded() -> None:

@@ -18,13 +18,13 @@ from rbfkm_engine.local_search import (
     hartigan,
     rebalance,
     refine,
+    search_budget,
     settle,
     split_merge_prices,
     split_merged,
     split_merges,
 )
 from rbfkm_engine.search_passes import cluster_halves
-from rbfkm_engine.solver import search_budget
 from rbfkm_engine.swaps import ranked_split_merges, split_gain
 
 from .conftest import blob_tensor, make_context

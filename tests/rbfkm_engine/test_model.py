@@ -21,7 +21,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from rbfkm_engine import FitInterrupted, FitProgress, RBFKMeans, local_search, passes
 from rbfkm_engine.anneal import SOFT_FRACTION_STOP
-from rbfkm_engine.solver import search_budget
+from rbfkm_engine.local_search import search_budget
 from rbfkm_engine.temperature import SIGMA_MIN_RATIO
 
 from .conftest import Dataset, well_separated_blobs

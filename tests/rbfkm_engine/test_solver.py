@@ -10,10 +10,11 @@ import torch
 
 from rbfkm_engine import solver
 from rbfkm_engine.anneal import Schedule
+from rbfkm_engine.local_search import search_budget
 from rbfkm_engine.moments import largest_eigenvalue, weighted_covariance
 from rbfkm_engine.passes import Workspace
 from rbfkm_engine.progress import PHASES, FitProgress
-from rbfkm_engine.solver import SolverResult, annealing_budget, search_budget, solve
+from rbfkm_engine.solver import SolverResult, annealing_budget, solve
 from rbfkm_engine.temperature import (
     critical_temperature,
     geometric_schedule,
