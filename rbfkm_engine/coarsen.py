@@ -27,7 +27,7 @@ from .blocks import default_chunk_rows
 from .context import FitContext
 from .init import kmeans_plusplus
 from .lloyd import lloyd
-from .local_search import refine, search_budget
+from .local_search import search
 from .passes import Workspace
 from .progress import Budget
 
@@ -55,8 +55,7 @@ def coarsen(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
     )
     centres, converged = lloyd(cells, start)
     if converged:
-        cells.budget.extend(search_budget(cells.budget.max_iter))
-        centres = refine(cells, centres)
+        centres = search(cells, centres)
     ctx.say("coarsened {} cells to {} centres", means.shape[0], k)
     return _in_cell_order(cells.passes, centres).to(C.dtype)
 

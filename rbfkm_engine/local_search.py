@@ -69,9 +69,15 @@ SEARCH_SHARE = 2.0
 
 
 def search_budget(max_iter: int) -> int:
-    """Iterations the local search may use, on top of a run's ``max_iter`` (the caller
-    extends the run's budget by them before :func:`refine`)."""
+    """Iterations the local search may use, on top of a run's ``max_iter``."""
     return math.ceil(SEARCH_SHARE * max_iter)
+
+
+def search(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
+    """:func:`refine` from the Lloyd fixed point ``C`` on a budget of its own: the run's
+    budget extended by :func:`search_budget` of what it was."""
+    ctx.budget.extend(search_budget(ctx.budget.max_iter))
+    return refine(ctx, C)
 
 
 @dataclass

@@ -116,17 +116,21 @@ class Budget:
         the first Lloyd phase began to 1 at the end of the budget."""
         if self.lloyd_from is None:
             self.lloyd_from = (self.n_iter, start)
-        first, base = self.lloyd_from
-        return base + (1.0 - base) * (self.n_iter + 1 - first) / max(1, self.max_iter - first)
+        return self._lloyd_progress(self.n_iter + 1)
 
     def extend(self, iterations: int) -> None:
         """Allow ``iterations`` more from now (the local search's own budget); the progress
         fraction goes on from where the last iteration left it."""
         if self.lloyd_from is not None:
-            first, base = self.lloyd_from
-            reached = base + (1.0 - base) * (self.n_iter - first) / max(1, self.max_iter - first)
-            self.lloyd_from = (self.n_iter, min(1.0, reached))
+            self.lloyd_from = (self.n_iter, min(1.0, self._lloyd_progress(self.n_iter)))
         self.max_iter = self.n_iter + iterations
+
+    def _lloyd_progress(self, done: int) -> float:
+        """The progress fraction after ``done`` iterations of the run, on the Lloyd
+        phases' share (``lloyd_from`` set)."""
+        assert self.lloyd_from is not None
+        first, base = self.lloyd_from
+        return base + (1.0 - base) * (done - first) / max(1, self.max_iter - first)
 
     def tick(self, sigma: float, objective: float, fraction: float, phase: Phase) -> None:
         """Count one iteration and tell the callback (which may stop the run)."""

@@ -26,7 +26,7 @@ from .coarsen import coarsen
 from .context import FitContext
 from .kpath import PATH_CENTRES_LIMIT, PathCount, PathRecorder, settle_path
 from .lloyd import lloyd
-from .local_search import refine, search_budget
+from .local_search import search
 from .overshoot import annealed_centres
 from .passes import Workspace
 from .twins import Twins
@@ -119,8 +119,7 @@ def solve(
     C, converged = lloyd(ctx, C)
     if schedule.temperatures and converged and not ws.sphere:
         # The local search prices its moves by Euclidean means; spherical fits skip it.
-        ctx.budget.extend(search_budget(ctx.budget.max_iter))
-        C = refine(ctx, C)
+        C = search(ctx, C)
     inertia = ws.hard_labels(C)
     labels = ws.labels.clone()
     if auto is None:

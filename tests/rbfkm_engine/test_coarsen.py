@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rbfkm_engine import RBFKMeans, solver
-from rbfkm_engine import coarsen as coarsen_module
+from rbfkm_engine import RBFKMeans, local_search, solver
 from rbfkm_engine.coarsen import coarsen
 from rbfkm_engine.local_search import search_budget
 from rbfkm_engine.memory import fit_memory
@@ -50,7 +49,7 @@ def test_the_cells_search_has_a_budget_of_its_own(monkeypatch: pytest.MonkeyPatc
         seen.append((ctx.budget.n_iter, ctx.budget.max_iter))
         return C
 
-    monkeypatch.setattr(coarsen_module, "refine", refine)
+    monkeypatch.setattr(local_search, "refine", refine)
     X = line_groups()
     ctx = make_context(X, 2, max_iter=50)
     coarsen(ctx, torch.tensor([[10.0], [0.0], [1.0]], dtype=X.dtype))

@@ -8,7 +8,7 @@ from itertools import pairwise
 import pytest
 import torch
 
-from rbfkm_engine import solver
+from rbfkm_engine import local_search
 from rbfkm_engine.anneal import Schedule
 from rbfkm_engine.local_search import search_budget
 from rbfkm_engine.moments import largest_eigenvalue, weighted_covariance
@@ -157,7 +157,7 @@ def test_the_local_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPatch) -
     X = data()
     plan = schedule(X)
     finish = _finish_end(run(X, plan))
-    monkeypatch.setattr(solver, "search_budget", lambda max_iter: 2)
+    monkeypatch.setattr(local_search, "search_budget", lambda max_iter: 2)
     result = run(X, plan, max_iter=finish)
     assert result.n_iter == finish + 2
     # A trial cut short by the budget is not kept: the run ends on the finish's fixed point.
