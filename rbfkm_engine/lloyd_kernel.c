@@ -1362,28 +1362,35 @@ SOFT_PASS(double, vdouble, 4, f64)
  * dense torch version makes several (m, k) temporaries; this is one sweep of each row.
  * Scratch: hartigan_scratch(kp) values of T. */
 #define HARTIGAN_BATCH(T, V, I, LANES, SUFFIX)                                                 \
+    /* Lanes idx of a row's join scores factor_j D_j, D = max(0, partial + x_sq), the own     \
+     * cluster's lane at +inf, kept lane by lane (factor: from `factor` where given, else      \
+     * M_j / (M_j + wi) from `mass`; col: the lanes' first column). */                         \
+    static inline void keep_join_##SUFFIX(V partial, T x_sq, T wi, const T *restrict mass,     \
+                                          const T *restrict factor, int64_t col,               \
+                                          V##_index own_lane, V##_index idx, V *best,          \
+                                          V##_index *at) {                                     \
+        V f, zero = {0};                                                                       \
+        memcpy(&f, (factor ? factor : mass) + col, sizeof f);                                  \
+        if (!factor) f = f / (f + wi);                                                         \
+        V dist = partial + x_sq;                                                               \
+        dist = select_##SUFFIX(dist < zero, zero, dist);                                       \
+        keep_min_##SUFFIX(select_##SUFFIX(idx == own_lane, zero + (T)INFINITY, dist * f), idx, \
+                          best, at);                                                           \
+    }                                                                                          \
+                                                                                               \
     /* The cluster j != lab minimising factor_j D_j (factor: M_j / (M_j + wi), given or       \
      * made from mass), and that value in *join; D_lab in *own. */                             \
     static int64_t hartigan_join_##SUFFIX(const T *restrict p, int64_t kp, T x_sq, T wi,       \
                                           const T *restrict mass, const T *restrict factor,    \
                                           int64_t lab, T *join, T *own) {                      \
-        V best, zero = {0}, inf = zero + (T)INFINITY;                                          \
+        V best;                                                                                \
         V##_index at, idx = iota_##SUFFIX();                                                   \
         const V##_index own_lane = (V##_index){0} + (I)lab;                                    \
         start_##SUFFIX(&best, &at);                                                            \
         for (int64_t j = 0; j < kp; j += LANES) {                                              \
-            V dist, f;                                                                         \
-            memcpy(&dist, p + j, sizeof dist);                                                 \
-            dist += x_sq;                                                                      \
-            dist = select_##SUFFIX(dist < zero, zero, dist);                                   \
-            if (factor) {                                                                      \
-                memcpy(&f, factor + j, sizeof f);                                              \
-            } else {                                                                           \
-                memcpy(&f, mass + j, sizeof f);                                                \
-                f = f / (f + wi);                                                              \
-            }                                                                                  \
-            keep_min_##SUFFIX(select_##SUFFIX(idx == own_lane, inf, dist * f), idx, &best,    \
-                              &at);                                                            \
+            V partial;                                                                         \
+            memcpy(&partial, p + j, sizeof partial);                                           \
+            keep_join_##SUFFIX(partial, x_sq, wi, mass, factor, j, own_lane, idx, &best, &at); \
             idx += (I)LANES;                                                                   \
         }                                                                                      \
         const T d_own = p[lab] + x_sq;                                                         \
@@ -1399,22 +1406,17 @@ SOFT_PASS(double, vdouble, 4, f64)
                                         const T wi[ROWS], const T *mass, const T *factor,      \
                                         const int64_t lab[ROWS], int64_t to[ROWS],             \
                                         T join[ROWS], T own[ROWS]) {                           \
-        V acc[ROWS][GROUPS], best[ROWS], zero = {0}, inf = zero + (T)INFINITY;                 \
+        V acc[ROWS][GROUPS], best[ROWS];                                                       \
         V##_index at[ROWS], idx = iota_##SUFFIX();                                             \
         for (int r = 0; r < ROWS; r++) start_##SUFFIX(&best[r], &at[r]);                       \
         for (int64_t j = 0; j < kp;) {                                                         \
             const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
             for (int g = 0; g < G; g++, idx += (I)LANES) {                                     \
                 const int64_t col = j + g * LANES;                                             \
-                V given;                                                                       \
-                memcpy(&given, (factor ? factor : mass) + col, sizeof given);                  \
                 for (int r = 0; r < ROWS; r++) {                                               \
-                    V dist = acc[r][g] + xsq[r];                                               \
-                    dist = select_##SUFFIX(dist < zero, zero, dist);                           \
-                    const V f = factor ? given : given / (given + wi[r]);                      \
                     const V##_index own_lane = (V##_index){0} + (I)lab[r];                     \
-                    keep_min_##SUFFIX(select_##SUFFIX(idx == own_lane, inf, dist * f), idx,    \
-                                      &best[r], &at[r]);                                       \
+                    keep_join_##SUFFIX(acc[r][g], xsq[r], wi[r], mass, factor, col, own_lane,  \
+                                       idx, &best[r], &at[r]);                                 \
                     if (lab[r] >= col && lab[r] < col + LANES) {                               \
                         const T d_own = acc[r][g][lab[r] - col] + xsq[r];                      \
                         own[r] = d_own < (T)0 ? (T)0 : d_own;                                  \
