@@ -32,12 +32,15 @@ def main() -> None:
             walls = [run[shape, s]["wall"] / reference[shape, s]["wall"] for s in seeds]
             log.extend(ratios)
             wins = sum(r <= 1 + 1e-6 for r in ratios)
-            cells.append(f"{statistics.fmean(ratios):.4f}, {wins}/{len(seeds)}, "
-                         f"{statistics.median(walls):.2f}")
+            cells.append(
+                f"{statistics.fmean(ratios):.4f}, {wins}/{len(seeds)}, "
+                f"{statistics.median(walls):.2f}"
+            )
         print(f"{shape} | " + " | ".join(cells))
     for name, log in zip(names, logs, strict=True):
         wins = sum(r <= 1 + 1e-6 for r in log)
-        print(f"{name}: geometric mean {statistics.geometric_mean(log):.4f}, wins {wins}/{len(log)}")
+        mean = statistics.geometric_mean(log)
+        print(f"{name}: geometric mean {mean:.4f}, wins {wins}/{len(log)}")
 
 
 if __name__ == "__main__":

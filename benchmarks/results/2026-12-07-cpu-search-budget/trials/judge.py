@@ -1,7 +1,8 @@
 """Which logged trials (``trials.py``) each abandonment rule would have cut: per log, the
 trials, the winners (converged below their level), and per rule the winners it cut and the
-iterations all trials would have taken. The rule is the engine's: a geometric
-extrapolation of the last two steps, their ratio doubled, from iteration ``after`` on.
+iterations all trials would have taken. The rule is the engine's (a geometric
+extrapolation of the last two steps, their ratio doubled), judging from iteration
+``after`` on; the engine it imports must be on ``PYTHONPATH``.
 
     python judge.py trials-*.json
 """
@@ -11,18 +12,15 @@ from __future__ import annotations
 import json
 import sys
 
+import rbfkm_engine.lloyd as lloyd
+
 
 def rule(after: int):
-    """The engine's ``bound_to_end_above`` judging from iteration ``after`` on."""
+    """The engine's ``bound_to_end_above``, judging from iteration ``after`` on."""
 
     def bound(s: list[float], level: float) -> bool:
-        if len(s) < after:
-            return False
-        before, last = s[-3] - s[-2], s[-2] - s[-1]
-        if s[-1] < level or before <= 0 or last < 0:
-            return False
-        ratio = 2.0 * last / before
-        return ratio < 1.0 and s[-1] - last * ratio / (1.0 - ratio) >= level
+        lloyd.TRIAL_CHECK_AFTER = after
+        return lloyd.bound_to_end_above(s, level)
 
     return bound
 
