@@ -680,7 +680,7 @@ def test_a_bad_stored_limit_is_bad_input(
         ("rbfkm_engine.model", "kmeans_plusplus", {"assignment": "hard"}),  # initialisation
         ("rbfkm_engine.solver", "anneal", {}),  # the twin start and annealing
         ("rbfkm_engine.solver", "lloyd", {}),
-        ("rbfkm_engine.solver", "refine", {}),  # the local search
+        ("rbfkm_engine.solver", "search", {}),  # the local search
     ],
 )
 def test_cancel_is_honoured_in_every_phase(
