@@ -555,6 +555,20 @@ def _to_numpy(a: Any) -> np.ndarray:
     return np.asarray(a)
 
 
+def annealed_inertia(history: list[dict[str, float]]) -> float | None:
+    """The inertia of the Lloyd fixed point an annealed fit reached before its local
+    search: its first ``history_`` record at ``sigma == 0`` after a temperature (the Lloyd
+    finish; the records after it are the search's kept moves). ``None`` for a fit
+    without temperatures (``assignment="hard"``)."""
+    annealed = False
+    for record in history:
+        if record["sigma"] > 0:
+            annealed = True
+        elif annealed:
+            return float(record["inertia"])
+    return None
+
+
 def _run_rbfkm(assignment: str, **options: Any) -> Callable[[Any, int, RunSpec], RunOutput]:
     """A runner of the engine with ``assignment`` and the estimator's ``options``."""
 
@@ -584,6 +598,7 @@ def _run_rbfkm(assignment: str, **options: Any) -> Callable[[Any, int, RunSpec],
             "temperatures": len(model.history_),
             "sigma": float(model.sigma_),
             "stopped_early": bool(getattr(model, "stopped_early_", False)),
+            "annealed_inertia": annealed_inertia(model.history_),
         }
         return RunOutput(_to_numpy(model.cluster_centers_), int(model.n_iter_), extra)
 

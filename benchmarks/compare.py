@@ -309,12 +309,18 @@ def quality_part(
                     "inertia": ev["inertia"],
                     "ari": ev["ari"],
                     "n_empty": ev["n_empty"],
+                    "annealed_inertia": out.extra.get("annealed_inertia"),
                 }
             )
     summary: dict[str, Any] = {}
     for m, runs in per.items():
         inert = np.array([r["inertia"] for r in runs])
         aris = [r["ari"] for r in runs if r["ari"] is not None]
+        annealed = [
+            r["annealed_inertia"] / r["inertia"]
+            for r in runs
+            if r.get("annealed_inertia") is not None and r["inertia"] > 0
+        ]
         summary[m] = {
             "seeds": len(runs),
             "inertia_mean": float(inert.mean()),
@@ -323,6 +329,8 @@ def quality_part(
             "wall_mean_s": float(np.mean([r["wall_s"] for r in runs])),
             "ari_mean": float(np.mean(aris)) if aris else None,
             "empty_mean": float(np.mean([r["n_empty"] for r in runs])),
+            # The annealing's Lloyd fixed point over the end: what the local search added.
+            "annealed_ratio_mean": float(np.mean(annealed)) if annealed else None,
             "runs": runs,
         }
     return summary
@@ -583,7 +591,8 @@ def print_dataset(common: Any, ds: Any, res: dict[str, Any], args: argparse.Name
         print(
             f"-- quality: own init and defaults, {seeds} seeds; load average (1 min) "
             f"{load['start'][0]:.2f} at start, {load['end'][0]:.2f} at end "
-            f"on {os.cpu_count()} cores"
+            f"on {os.cpu_count()} cores; annealed/end: the annealing's Lloyd fixed point over "
+            "the fit's end (what the local search added)"
         )
         rows = [
             [
@@ -594,12 +603,23 @@ def print_dataset(common: Any, ds: Any, res: dict[str, Any], args: argparse.Name
                 fmt(r["wall_mean_s"], ".3f"),
                 fmt(r["ari_mean"], ".3f"),
                 fmt(r["empty_mean"], ".1f"),
+                fmt(r.get("annealed_ratio_mean"), ".4f"),
             ]
             for m, r in q.items()
         ]
         print(
             common.format_table(
-                ["method", "mean inertia", "min", "max", "mean wall s", "mean ARI", "empty"], rows
+                [
+                    "method",
+                    "mean inertia",
+                    "min",
+                    "max",
+                    "mean wall s",
+                    "mean ARI",
+                    "empty",
+                    "annealed/end",
+                ],
+                rows,
             )
         )
         print_per_seed(common, res.get("per_seed", {}))

@@ -102,6 +102,10 @@ def test_compare_quick_on_a_real_set_prints_per_seed_wins_and_load(tmp_path: Pat
     assert [r["seed"] for r in per_seed["rows"]] == [0, 1]
     assert per_seed["summary"]["seeds"] == 2
     assert all(r["inertia_ratio"] > 0 and r["wall_ratio"] > 0 for r in per_seed["rows"])
+    # The annealing's fixed point is at or above the end the search reached; hard fits have none.
+    assert "annealed/end" in text
+    assert res["quality"]["rbfkm-entmax15"]["annealed_ratio_mean"] >= 1.0 - 1e-6
+    assert res["quality"]["rbfkm-hard"]["annealed_ratio_mean"] is None
 
 
 def test_evaluate_centroids_is_the_float64_nearest_centroid_inertia() -> None:
@@ -116,6 +120,19 @@ def test_evaluate_centroids_is_the_float64_nearest_centroid_inertia() -> None:
     assert ev["inertia"] == pytest.approx(0.5)
     assert ev["n_empty"] == 1
     assert ev["ari"] == pytest.approx(1.0)
+
+
+def test_annealed_inertia_is_the_lloyd_finish_after_the_temperatures() -> None:
+    sys.path.insert(0, str(BENCH))
+    import common
+
+    def record(sigma: float, inertia: float) -> dict[str, float]:
+        return {"sigma": sigma, "inertia": inertia}
+
+    annealed = [record(2.0, 9.0), record(1.0, 7.0), record(0.0, 5.0), record(0.0, 4.0)]
+    assert common.annealed_inertia(annealed) == 5.0  # not the search's kept move after it
+    assert common.annealed_inertia([record(0.0, 5.0), record(0.0, 4.0)]) is None  # hard
+    assert common.annealed_inertia([record(2.0, 9.0)]) is None  # stopped while annealing
 
 
 def test_in_fit_gemm_counts_every_lloyd_pass_of_padded_blocks() -> None:
