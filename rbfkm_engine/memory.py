@@ -32,8 +32,7 @@ _ROW_BUFFERS = 3
 #: data wider than long, whose covariance is not formed.
 _LANCZOS_VECTORS = 24
 #: Entries of the ``k x k`` float64 arrays an annealed fit forms at once (two of them): the
-#: merge test goes by blocks of rows of about this many (``twins.MERGE_BLOCK_ENTRIES``), the
-#: split-merge prices are a full matrix up to ``swaps.PAIRWISE_SCORES_MAX_K`` (2048) only.
+#: merge test goes by blocks of rows of about this many (``twins.MERGE_BLOCK_ENTRIES``).
 _PAIRWISE_ENTRIES = 1 << 22
 #: Small arrays, libraries' work space and the allocator's slack, whatever the shape.
 _FIXED = 8 << 20

@@ -77,8 +77,6 @@ SWAP_TRIALS = 3
 SWAP_MIN_GAIN = 1e-5
 #: Split-merge moves tried with Lloyd in a row without a better fixed point, at most.
 SPLIT_MERGE_TRIALS = 2
-#: :func:`ranked_split_merges` prices every pair of clusters up to this many (32 MB).
-PAIRWISE_SCORES_MAX_K = 2048
 #: A batch of split-merge moves (:func:`disjoint_split_merges`) moves at most this share of
 #: the ``k`` centres; batches of fewer than two moves are left to the one-by-one search.
 REBALANCE_SHARE = 1 / 8
@@ -169,26 +167,21 @@ def ranked_split_merges(
     """The ``n_moves`` best-priced moves ``(j, c)``: delete ``j``, split ``c`` (``j != c``),
     best first, among the moves that split a cluster at all.
 
-    Up to ``PAIRWISE_SCORES_MAX_K`` clusters every pair is priced. Beyond (a ``k x k``
-    matrix of 320 GB at ``k = 200 000``) only the ``n_moves + 1`` cheapest deletions
-    against the ``n_moves + 1`` best splits: a pair outside them ranks below ``n_moves``
-    pairs that differ from it in that index alone (one of those may be a ``j = c``).
+    Only the ``n_moves + 1`` cheapest deletions are paired with the ``n_moves + 1`` best
+    splits: a pair outside them ranks below ``n_moves`` pairs that differ from it in that
+    index alone (one of those may be a ``j = c``), so the moves are those of every pair
+    priced, without a ``k x k`` matrix to sort for a few moves.
     """
-    k = gain.shape[0]
-    rows = cols = torch.arange(k, device=gain.device)
-    if k > PAIRWISE_SCORES_MAX_K:
-        many = min(k, n_moves + 1)
-        rows = torch.topk(removal, many, largest=False).indices
-        cols = torch.topk(torch.where(gain > 0, gain, -math.inf), many).indices
+    many = min(gain.shape[0], n_moves + 1)
+    rows = torch.topk(removal, many, largest=False).indices
+    cols = torch.topk(torch.where(gain > 0, gain, -math.inf), many).indices
     score = gain[cols].unsqueeze(0) - removal[rows].unsqueeze(1)  # score[j, c]
     score[rows.unsqueeze(1) == cols.unsqueeze(0)] = -math.inf
     score[:, gain[cols] <= 0] = -math.inf
-    width = cols.shape[0]
-    flat = torch.argsort(score.flatten(), descending=True)[:n_moves]
+    flat = score.flatten()
+    order = torch.argsort(flat, descending=True)[:n_moves]
     return [
-        (int(rows[f // width]), int(cols[f % width]))
-        for f in flat.tolist()
-        if score.flatten()[f] > -math.inf
+        (int(rows[f // many]), int(cols[f % many])) for f in order.tolist() if flat[f] > -math.inf
     ]
 
 

@@ -3,13 +3,14 @@ each against brute force."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rbfkm_engine import swaps
 from rbfkm_engine.swaps import (
     disjoint_split_merges,
     hartigan_targets,
@@ -194,17 +195,16 @@ def test_hartigan_targets_move_exactly_the_points_a_move_helps(
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_ranked_split_merges_of_many_clusters_prices_only_the_best_pairs(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Beyond PAIRWISE_SCORES_MAX_K clusters only the n_moves + 1 cheapest deletions and
-    # best splits are paired (no k x k matrix): the same moves, in the same order.
+def test_ranked_split_merges_are_the_best_of_every_pair(seed: int) -> None:
+    # Only the n_moves + 1 cheapest deletions and best splits are paired (no k x k matrix):
+    # the same moves, in the same order, as ranking every pair.
     gen = torch.Generator().manual_seed(seed)
     k = 200
     gain = torch.rand(k, generator=gen, dtype=torch.float64) - 0.2  # some do not split
     removal = torch.rand(k, generator=gen, dtype=torch.float64)
     removal[int(torch.argmax(gain))] = 0.0  # the best split is also the cheapest deletion
-    every_pair = ranked_split_merges(gain, removal, 4)
-    monkeypatch.setattr(swaps, "PAIRWISE_SCORES_MAX_K", 10)
-    assert ranked_split_merges(gain, removal, 4) == every_pair
-    assert len(every_pair) == 4
+    score = gain.unsqueeze(0) - removal.unsqueeze(1)  # score[j, c]
+    score.fill_diagonal_(-math.inf)
+    score[:, gain <= 0] = -math.inf
+    best = torch.argsort(score.flatten(), descending=True)[:4].tolist()
+    assert ranked_split_merges(gain, removal, 4) == [divmod(f, k) for f in best]
