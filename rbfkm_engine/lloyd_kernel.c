@@ -1187,6 +1187,88 @@ static void price_all(Pricing *p, const Clusters *c, const double *x, int64_t a,
 HARTIGAN_SWEEP(float, f32)
 HARTIGAN_SWEEP(double, f64)
 
+/* One step of splitting every cluster in two (rbfkm_engine/search_passes.py,
+ * cluster_halves), in float64: steps before `power` are power iterations of each
+ * cluster's scatter about its centre C (k x d) on `axis` (k x d), the later ones 2-means
+ * steps within the cluster, the first from the side of the centre along the axis, each
+ * after from the side of the nearer half. `mode` 0 starts the step, 1 adds the m rows
+ * X (their labels and weights w, NULL: all 1) to it, block after block, 2 ends it:
+ * `axis` becomes the scatter times it, or `halves` (k x 2 x d) and `mass` (k x 2) the
+ * halves' means (a half without weight keeps its centre) and weights. Rows of a cluster
+ * with only[c] == 0 are left out (only may be NULL). State between calls: `along` and
+ * `normal` (k x d), `weight` and `at` (k). */
+#define CLUSTER_HALVES(T, SUFFIX)                                                              \
+    void cluster_halves_##SUFFIX(const T *X, int64_t m, int64_t d, const T *w,                 \
+                                 const int64_t *labels, int64_t k, const double *C,            \
+                                 const unsigned char *only, int64_t step, int64_t power,       \
+                                 int64_t mode, double *axis, double *halves, double *mass,     \
+                                 double *along, double *weight, double *normal, double *at) {  \
+        const int split = step >= power;                                                       \
+        if (mode == 0) {                                                                       \
+            for (int64_t c = 0; c < k && step <= power; c++) { /* after: set by the halves */  \
+                double *a = axis + c * d, norm = 0.0;                                          \
+                for (int64_t j = 0; j < d && !split; j++) norm += a[j] * a[j];                 \
+                norm = split ? 1.0 : (sqrt(norm) > 1e-30 ? sqrt(norm) : 1e-30);                \
+                at[c] = 0.0; /* the centre along its (unit, while iterating) axis */           \
+                for (int64_t j = 0; j < d; j++) {                                              \
+                    a[j] /= norm;                                                              \
+                    normal[c * d + j] = a[j];                                                  \
+                    at[c] += C[c * d + j] * a[j];                                              \
+                }                                                                              \
+            }                                                                                  \
+            const size_t sums = (size_t)(split ? 2 * k : k);                                   \
+            memset(split ? halves : along, 0, sums * (size_t)d * sizeof(double));              \
+            memset(split ? mass : weight, 0, sums * sizeof(double));                           \
+            return;                                                                            \
+        }                                                                                      \
+        if (mode == 1) {                                                                       \
+            for (int64_t i = 0; i < m; i++) {                                                  \
+                const int64_t c = labels[i];                                                   \
+                if (only && !only[c]) continue;                                                \
+                const T *x = X + i * d;                                                        \
+                const double *v = normal + c * d, wi = w ? (double)w[i] : 1.0;                 \
+                double proj = 0.0;                                                             \
+                for (int64_t j = 0; j < d; j++) proj += (double)x[j] * v[j];                   \
+                if (split) {                                                                   \
+                    const int64_t slot = 2 * c + (proj > at[c]);                               \
+                    for (int64_t j = 0; j < d; j++) halves[slot * d + j] += wi * (double)x[j]; \
+                    mass[slot] += wi;                                                          \
+                } else {                                                                       \
+                    proj = (proj - at[c]) * wi;                                                \
+                    for (int64_t j = 0; j < d; j++) along[c * d + j] += (double)x[j] * proj;   \
+                    weight[c] += proj;                                                         \
+                }                                                                              \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        for (int64_t c = 0; c < k; c++) {                                                      \
+            if (!split) { /* the scatter times the axis, where it is not zero */               \
+                double *s = along + c * d, norm = 0.0;                                         \
+                for (int64_t j = 0; j < d; j++) {                                              \
+                    s[j] -= C[c * d + j] * weight[c];                                          \
+                    norm += s[j] * s[j];                                                       \
+                }                                                                              \
+                if (norm > 0.0) memcpy(axis + c * d, s, (size_t)d * sizeof(double));           \
+                continue;                                                                      \
+            }                                                                                  \
+            double *h0 = halves + 2 * c * d, *h1 = h0 + d, sq0 = 0.0, sq1 = 0.0;               \
+            for (int64_t side = 0; side < 2; side++) {                                         \
+                double *h = side ? h1 : h0;                                                    \
+                const double mh = mass[2 * c + side];                                          \
+                for (int64_t j = 0; j < d; j++) h[j] = mh > 0.0 ? h[j] / mh : C[c * d + j];    \
+            }                                                                                  \
+            for (int64_t j = 0; j < d; j++) { /* nearer h1: x . (h1 - h0) > at */              \
+                normal[c * d + j] = h1[j] - h0[j];                                             \
+                sq0 += h0[j] * h0[j];                                                          \
+                sq1 += h1[j] * h1[j];                                                          \
+            }                                                                                  \
+            at[c] = 0.5 * (sq1 - sq0);                                                         \
+        }                                                                                      \
+    }
+
+CLUSTER_HALVES(float, f32)
+CLUSTER_HALVES(double, f64)
+
 LLOYD_KERNELS(float, vfloat, int32_t, 8, f32, FLT_MIN)
 LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
 

@@ -39,6 +39,7 @@ import platform
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,6 +211,9 @@ def library() -> ctypes.CDLL | None:
                 fn = getattr(lib, f"hartigan_batch_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [*_ARGTYPES[:10], _P, _SCALAR[dtype], _P, _P]
+                fn = getattr(lib, f"cluster_halves_{suffix}")
+                fn.restype = None
+                fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _I, _I, _I, *[_P] * 7]
             for scratch in (lib.soft_scratch, lib.hartigan_scratch):
                 scratch.restype, scratch.argtypes = ctypes.c_int64, [_I]
             return lib
@@ -314,6 +318,11 @@ class NeighbourMoves:
         mask[top.indices[:movers]] = 1
         picked = top.indices[:movers].to(torch.int32).contiguous()
         return cls(own.contiguous(), picked, mask, float(top.values[movers]))
+
+
+#: A block of rows as :meth:`LloydKernel.cluster_halves` reads it: the rows, their
+#: weights (``None``: all 1) and their labels.
+LabelledRows = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
 
 
 @dataclass
@@ -427,6 +436,7 @@ class LloydKernel:
         self._soft_scratch = lib.soft_scratch
         self._batch = getattr(lib, f"hartigan_batch_{_SUFFIX[dtype]}")
         self._batch_scratch = lib.hartigan_scratch
+        self._halves = getattr(lib, f"cluster_halves_{_SUFFIX[dtype]}")
         self.dtype = dtype
         self._local = threading.local()
 
@@ -719,6 +729,57 @@ class LloydKernel:
             scratch.data_ptr(),
         )
         return int(moved)
+
+    def cluster_halves(
+        self,
+        blocks: Callable[[], Iterator[LabelledRows]],
+        C: torch.Tensor,
+        axis: torch.Tensor,
+        only: torch.Tensor | None,
+        steps: tuple[int, int],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every cluster split in two, as :func:`~rbfkm_engine.search_passes.cluster_halves`
+        does it in torch, in float64: ``steps[0]`` power iterations of each cluster's
+        scatter about its centre in ``C`` from ``axis`` (``k x d``), then ``steps[1]``
+        2-means steps after the first split. ``blocks()`` yields the rows (contiguous, the
+        kernel's type), weights (``None``: all 1) and labels of a pass, block by block,
+        anew for each step. ``only`` (``(k,)`` bool): those clusters alone (the others get
+        ``C``'s rows, weight 0). Returns the halves' means ``(k, 2, d)`` and weights
+        ``(k, 2)``, float64."""
+        k, d = C.shape
+        C64 = C.double().contiguous()
+        axis = axis.double().contiguous().clone()
+        halves = torch.empty((k, 2, d), dtype=torch.float64)
+        mass = torch.empty((k, 2), dtype=torch.float64)
+        along, normal = (torch.empty((k, d), dtype=torch.float64) for _ in range(2))
+        weight, at = (torch.empty(k, dtype=torch.float64) for _ in range(2))
+        mask = None if only is None else only.to(torch.uint8).contiguous()
+        state = [t.data_ptr() for t in (axis, halves, mass, along, weight, normal, at)]
+        power, split = steps
+
+        def call(step: int, mode: int, rows: LabelledRows | None = None) -> None:
+            X, w, labels = rows if rows is not None else (None, None, None)
+            self._halves(
+                None if X is None else X.data_ptr(),
+                0 if X is None else X.shape[0],
+                d,
+                None if w is None else w.data_ptr(),
+                None if labels is None else labels.data_ptr(),
+                k,
+                C64.data_ptr(),
+                None if mask is None else mask.data_ptr(),
+                step,
+                power,
+                mode,
+                *state,
+            )
+
+        for step in range(power + split + 1):
+            call(step, 0)
+            for rows in blocks():
+                call(step, 1, rows)
+            call(step, 2)
+        return halves, mass
 
     def hartigan_sweep(
         self,

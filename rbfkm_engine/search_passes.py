@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from .distances import squared_norms
-from .native import HartiganState, Rows
+from .native import HartiganState, LabelledRows, Rows
 from .passes import Workspace, row_reduction_width
 from .swaps import (
     HARTIGAN_MIN_GAIN,
@@ -206,12 +206,24 @@ def cluster_halves(
     2-means within the cluster. Each step is one pass: a point's projection on its own
     cluster's axis (:func:`_own_projection`), the sums made by ``index_add_`` over ``k``
     or ``2 k`` slots; in large blocks where the projections gather (nothing per block is
-    ``(rows, k)``, and each block's sums are).
+    ``(rows, k)``, and each block's sums are). Where the kernel runs (and the fit is not
+    data-parallel), each step is one kernel call per block instead, in float64: on small
+    data the torch passes' dozens of ops per step were most of a pricing's cost.
     """
     k, d = C.shape
-    rows = _projection_block_rows(ws, k)
     device = C.device if generator is None else generator.device
     axis = torch.randn((k, d), generator=generator, dtype=torch.float64, device=device)
+    kernel = ws.kernel_for(C)
+    if kernel is not None and not ws.reducer.active:
+
+        def blocks() -> Iterator[LabelledRows]:
+            for rows in ws.chunks():
+                yield ws.X[rows], ws.weights(rows), ws.labels[rows]
+
+        steps = (SPLIT_POWER_ITERATIONS, SPLIT_TWO_MEANS_ITERATIONS)
+        halves, mass = kernel.cluster_halves(blocks, C, axis, only, steps)
+        return halves.to(C.dtype), mass.to(C.dtype)
+    rows = _projection_block_rows(ws, k)
     axis = _principal_axes(ws, C, axis.to(device=C.device, dtype=C.dtype), only, rows)
     # Side of each point: first along the axis, then by the nearer half's mean.
     normal, offset_at = axis, (axis * C).sum(dim=1)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rbfkm_engine import search_passes
+from rbfkm_engine.native import lloyd_kernel
 from rbfkm_engine.passes import Workspace
 from rbfkm_engine.search_passes import cluster_halves, hartigan_moves, hartigan_sweep, label_means
 from rbfkm_engine.swaps import split_gain
@@ -16,10 +17,12 @@ from .test_native import hartigan_sweep_reference, needs_compiler, sweep_state
 from .test_swaps import sse
 
 
-@pytest.mark.parametrize("projection", ("gemm", "gather"))
+@pytest.mark.parametrize("projection", ("gemm", "gather", "kernel"))
 def test_cluster_halves_find_the_two_blobs_of_one_cluster(
     projection: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if projection == "kernel" and lloyd_kernel(torch.zeros(1, 1), None) is None:
+        pytest.skip("no C compiler: the kernel does not run")
     limit = 0 if projection == "gather" else 2
     monkeypatch.setattr(search_passes, "PROJECTION_GEMM_MAX_K", limit)
     rng = np.random.default_rng(0)
@@ -28,6 +31,8 @@ def test_cluster_halves_find_the_two_blobs_of_one_cluster(
     far = rng.normal(size=(50, 3)) * 0.3 + [0.0, 30.0, 0.0]
     X = torch.as_tensor(np.concatenate([left, right, far]))
     fp = Workspace(X, None, 2, chunk_size=64)
+    if projection != "kernel":
+        fp.kernel = None
     C = torch.stack([X[300:].mean(0), X[:300].mean(0)])  # the two blobs' cluster second
     fp.hard_labels(C)
     halves, mass = cluster_halves(fp, C, torch.Generator().manual_seed(0))
@@ -46,6 +51,36 @@ def test_cluster_halves_find_the_two_blobs_of_one_cluster(
     assert float(gain[1]) == pytest.approx(
         sse(X.numpy(), labels, ones, 2) - sse(X.numpy(), parts, ones, 3)
     )
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_kernels_halves_are_the_torch_passes(dtype: torch.dtype, weighted: bool) -> None:
+    # The kernel splits every cluster in one call per step, block after block; the torch
+    # passes the same way: the same halves and weights, all clusters or only the marked.
+    gen = torch.Generator().manual_seed(3)
+    n, k = 3000, 7
+    X = (torch.randn(n, 5, generator=gen, dtype=torch.float64) * 2).to(dtype)
+    w = torch.rand(n, generator=gen, dtype=torch.float64).to(dtype) + 0.5 if weighted else None
+    C = X[:k] + 0.1  # not a row: no point exactly on a cluster's first split
+    only = torch.tensor([True, False, True, True, False, True, True])
+    for mask in (None, only):
+        out = []
+        for kernel in (True, False):
+            ws = Workspace(X, w, k, chunk_size=512)
+            if not kernel:
+                ws.kernel = None
+            ws.hard_labels(C)
+            out.append(cluster_halves(ws, C, torch.Generator().manual_seed(0), only=mask))
+        (halves, mass), (expected, expected_mass) = out
+        assert halves.dtype == expected.dtype == dtype
+        tol = 1e-4 if dtype == torch.float32 else 1e-9
+        torch.testing.assert_close(halves, expected, atol=tol, rtol=tol)
+        torch.testing.assert_close(mass, expected_mass, atol=tol, rtol=tol)
+        if mask is not None:
+            assert torch.equal(halves[~mask], C[~mask].unsqueeze(1).expand(-1, 2, -1))
+            assert not mass[~mask].any()
 
 
 @needs_compiler
