@@ -291,11 +291,12 @@ def _added(
     *zeros: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The blocks' pairs of partial sums added, in block order, then over every shard
-    (``zeros``: the sums of a shard without rows)."""
+    (``zeros``: the sums of a shard without rows). Added in place into the first block's
+    pair: each block's sums are its own."""
     first, second = next(parts, zeros)
     for a, b in parts:
-        first = first + a
-        second = second + b
+        first.add_(a)
+        second.add_(b)
     first, second = ws.reducer.sum_many(first, second)
     return first, second
 
