@@ -84,6 +84,27 @@ def test_the_kernels_halves_are_the_torch_passes(dtype: torch.dtype, weighted: b
 
 
 @needs_compiler
+def test_the_kernels_halves_of_an_empty_cluster_and_of_weightless_rows() -> None:
+    # A cluster without points keeps its centre for both halves, weight 0; rows of weight
+    # 0 move no mean and add no weight.
+    gen = torch.Generator().manual_seed(4)
+    X = torch.randn(400, 3, generator=gen, dtype=torch.float64)
+    X[:200] += 10.0
+    C = torch.stack([X[:200].mean(0), X[200:].mean(0), torch.full((3,), 100.0)])
+    w = torch.ones(400, dtype=torch.float64)
+    w[::2] = 0.0
+    halves = []
+    for weights, rows in ((w, slice(None)), (None, slice(1, None, 2))):
+        ws = Workspace(X[rows].contiguous(), None if weights is None else weights, 3, 128)
+        ws.hard_labels(C)
+        halves.append(cluster_halves(ws, C, torch.Generator().manual_seed(0)))
+    (weighted, mass), (odd, odd_mass) = halves
+    assert torch.equal(weighted[2], C[2].expand(2, -1)) and not mass[2].any()
+    torch.testing.assert_close(mass, odd_mass, rtol=0.0, atol=0.0)
+    torch.testing.assert_close(weighted, odd, rtol=1e-12, atol=1e-12)
+
+
+@needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("width", [3, 12])
 def test_hartigan_sweeps_skip_pricing_without_changing_a_move(
