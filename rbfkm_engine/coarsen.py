@@ -54,8 +54,7 @@ def coarsen(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
         pool=ws.pool,
     )
     centres, converged = lloyd(cells, start)
-    if converged:
-        centres = search(cells, centres)
+    centres, _ = search(cells, centres, converged)
     ctx.say("coarsened {} cells to {} centres", means.shape[0], k)
     return _in_cell_order(cells.passes, centres).to(C.dtype)
 

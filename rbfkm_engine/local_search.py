@@ -73,11 +73,19 @@ def search_budget(max_iter: int) -> int:
     return math.ceil(SEARCH_SHARE * max_iter)
 
 
-def search(ctx: FitContext, C: torch.Tensor) -> torch.Tensor:
-    """:func:`refine` from the Lloyd fixed point ``C`` on a budget of its own: the run's
-    budget extended by :func:`search_budget` of what it was."""
+def search(ctx: FitContext, C: torch.Tensor, converged: bool = True) -> tuple[torch.Tensor, bool]:
+    """:func:`refine` from the Lloyd finish's centres ``C`` on a budget of its own: the
+    run's budget extended by :func:`search_budget` of what it was. A finish that has not
+    converged (``converged``) goes on in that budget first: on a continuum Lloyd may need
+    more than ``max_iter``, and its fixed point is what the moves compete against. Returns
+    the centres and whether they are a fixed point (``False``: the budget ran out or the
+    fit was stopped before the finish converged)."""
     ctx.budget.extend(search_budget(ctx.budget.max_iter))
-    return refine(ctx, C)
+    if not converged:
+        C, converged = lloyd(ctx, C)
+        if not converged:
+            return C, False
+    return refine(ctx, C), True
 
 
 @dataclass

@@ -116,10 +116,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     max_iter : int, default=300
         Fixed-point iterations of annealing and the Lloyd finish together: annealing may
         use at most 80% of them, the Lloyd finish the rest and anything annealing left.
-        The local search of an annealed fit has twice as many of its own, and keeps a move
-        only once its Lloyd phase has converged. So a fit ends on a K-Means fixed point
-        unless the Lloyd finish ran out, which ``converged_`` says and a
-        ``ConvergenceWarning`` reports.
+        The local search of an annealed fit has twice as many of its own, in which a Lloyd
+        finish that has not converged goes on first, and keeps a move only once its Lloyd
+        phase has converged. So a fit ends on a K-Means fixed point unless the Lloyd finish
+        ran out of those too, which ``converged_`` says and a ``ConvergenceWarning``
+        reports.
     tol : float, default=1e-4
         Convergence when the summed squared centre shift is below ``tol`` times the mean
         per-feature variance of the data (scikit-learn's convention).

@@ -6,7 +6,8 @@
    centres, and :mod:`~rbfkm_engine.coarsen` groups those cells back into ``k``.
 2. :mod:`~rbfkm_engine.lloyd`: hard iterations to a true K-Means fixed point.
 3. :mod:`~rbfkm_engine.local_search`: moves out of that fixed point while they reach a
-   better one (annealed fits only).
+   better one (annealed fits only), on a budget of its own, in which a finish that has not
+   converged within ``max_iter`` goes on first.
 4. A last hard pass: the labels ``predict`` would give, and the inertia.
 
 This module knows tensors only, in the fit's frame; validation, conversions and the data's
@@ -117,9 +118,9 @@ def solve(
         ws.k = k if chosen else min(auto.max_clusters, C.shape[0])
         C = chosen[0] if chosen else C[: ws.k]  # no count settled: the budget ran out
     C, converged = lloyd(ctx, C)
-    if schedule.temperatures and converged and not ws.sphere:
+    if schedule.temperatures and not ws.sphere:
         # The local search prices its moves by Euclidean means; spherical fits skip it.
-        C = search(ctx, C)
+        C, converged = search(ctx, C, converged)
     inertia = ws.hard_labels(C)
     labels = ws.labels.clone()
     if auto is None:

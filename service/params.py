@@ -90,7 +90,7 @@ EXPOSED: dict[str, Exposed] = {
     # A job's cost grows with these; the caps keep one request from holding a worker for days.
     "max_iter": Exposed(
         "Iterations of annealing and the Lloyd finish; the local search may use twice as "
-        "many more.",
+        "many more, in which an unconverged finish goes on first.",
         300,
         cap=100_000,
     ),

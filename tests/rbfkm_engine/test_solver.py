@@ -124,12 +124,29 @@ def test_n_iter_counts_the_budget_ticks() -> None:
     assert sum(record["iterations"] for record in result.history) <= result.n_iter
 
 
-def test_max_iter_bounds_the_whole_run() -> None:
+def test_max_iter_bounds_annealing_and_the_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the local search's budget the run stops at max_iter, off a fixed point.
+    monkeypatch.setattr(local_search, "search_budget", lambda max_iter: 0)
     X = data()
     result = run(X, schedule(X, max_iter=6), max_iter=6)
     assert result.n_iter == 6
     assert not result.converged and not result.stopped_early
     assert result.centres.shape == (4, 2)
+
+
+def test_an_unconverged_finish_goes_on_in_the_search_budget() -> None:
+    # The finish max_iter cuts short goes on in the local search's budget, converges there
+    # (the run then ends on a fixed point) and leaves the rest to the moves.
+    X = data()
+    result = run(X, schedule(X, max_iter=6), max_iter=6)
+    assert result.converged and not result.stopped_early
+    assert 6 < result.n_iter <= 6 + search_budget(6)
+    finishes = [record for record in result.history if record["sigma"] == 0.0]
+    assert len(finishes) >= 2  # the finish cut at max_iter, then its continuation
+    fresh = Workspace(X, None, 4, chunk_size=1000)
+    fresh.hard_labels(result.centres)
+    means = torch.stack([X[fresh.labels == j].mean(0) for j in range(4)])
+    torch.testing.assert_close(means, result.centres, rtol=0.0, atol=1e-6)
 
 
 def _finish_end(result: SolverResult) -> int:
