@@ -152,15 +152,17 @@ def test_stale_claim_is_fenced_out_after_reclaim(make_queue: MakeQueue) -> None:
 
 
 def test_dead_worker_job_is_reclaimed_and_succeeds_once(make_queue: MakeQueue) -> None:
-    queue = make_queue(lease_s=0.2)
+    # A lease of a second: the check that it is still held runs well within it even on a
+    # loaded machine (a 0.2 s lease lapsed there before the check once).
+    queue = make_queue(lease_s=1.0)
     job = queue.submit("ds1", {})
     _claim(queue, "dies")  # never renewed, never acknowledged
     assert queue.claim("other", block_ms=50) is None  # lease still held
-    time.sleep(0.25)
+    time.sleep(1.1)
     claim = _claim(queue, "other")
     assert claim.attempt == 2
     assert queue.succeed(claim, {"ok": True}) is True
-    time.sleep(0.25)
+    time.sleep(1.1)
     assert queue.claim("third", block_ms=50) is None
     done = queue.get(job["id"])
     assert done is not None
