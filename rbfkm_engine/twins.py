@@ -93,11 +93,14 @@ class Twins:
     def radii(self, den: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
         """Each centre's mean squared radius from a pass's masses and spreads, a centre's
         twin counted with it."""
-        m = self.centres.shape[0]
+        # A centre with no mass has radius 0. The floor is the dtype's: 1e-300 is 0 in
+        # float32, where 0 / 0 made a NaN radius, and with it the mean radius the merge
+        # test floors every radius by, so that no centres could merge.
+        m, tiny = self.centres.shape[0], torch.finfo(den.dtype).tiny
         if self.twins is None:
-            return spread[:m] / den[:m].clamp_min(1e-300)
+            return spread[:m] / den[:m].clamp_min(tiny)
         mass = den[:m] + den[m:]
-        return (spread[:m] + spread[m:]) / mass.clamp_min(1e-300)
+        return (spread[:m] + spread[m:]) / mass.clamp_min(tiny)
 
     def after_temperature(self, radius2: torch.Tensor) -> bool:
         """Merge the centres that fell back together, else split the pairs that moved

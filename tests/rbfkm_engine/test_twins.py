@@ -247,3 +247,16 @@ def test_coincident_survivors_by_blocks_keeps_the_same_centres(
 
     with pytest.raises(FitInterrupted):
         coincident_survivors(C, radius2, check=stop)
+
+
+def test_a_centre_without_mass_has_radius_zero_in_float32() -> None:
+    # A float32 pass gives an empty centre mass 0; its radius is 0, not 0 / 0, and the
+    # merge test still sees the two coincident centres beside it.
+    C = torch.tensor([[0.0, 0.0], [0.0, 0.001], [9.0, 9.0]])
+    twins = Twins(C, 4, generator())
+    twins.centres = C
+    den = torch.tensor([5.0, 5.0, 0.0])
+    spread = torch.tensor([5.0, 5.0, 0.0])
+    radius2 = twins.radii(den, spread)
+    assert radius2.tolist() == [1.0, 1.0, 0.0]
+    assert coincident_survivors(C, radius2).tolist() == [True, False, True]
