@@ -91,7 +91,7 @@ def anneal(
         warm = True
         if isinstance(state, Twins):
             before = state.centres
-            warm = not state.after_temperature(state.radii(den, stats.spread))
+            warm = not state.after_temperature(state.radii(den, stats.spread), den)
             if ctx.path is not None:
                 ctx.path.change(sigma, before, state.centres.shape[0])
         ctx.say(

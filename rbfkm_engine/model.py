@@ -76,9 +76,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     (``H``: Shannon entropy for softmax, Tsallis-1.5 for entmax15). ``sigma`` starts just
     above the critical temperature where the collapsed solution splits and falls
-    geometrically; hard Lloyd iterations finish on a true K-Means fixed point. Annealed
-    fits then swap a centre for a better-placed one while that lowers the inertia (the
-    local search of Lattanzi and Sohler, 2019), each swap followed by Lloyd again.
+    geometrically; a grown fit's centres split at the data's phase transitions and, once
+    all ``n_clusters`` exist, trade slots where a split pays for a merge
+    (:mod:`~rbfkm_engine.trades`); hard Lloyd iterations finish on a true K-Means fixed
+    point. Annealed fits then swap a centre for a better-placed one while that lowers the
+    inertia (the local search of Lattanzi and Sohler, 2019), each swap followed by Lloyd
+    again.
 
     Parameters
     ----------

@@ -75,6 +75,15 @@ def _grown_centres(ws: Workspace, schedule: Schedule, auto: AutoK | None) -> int
     return annealed_centres(ws.k, schedule.overshoot)
 
 
+def _start(ctx: FitContext, mean: torch.Tensor, grown: int, auto: AutoK | None) -> Twins:
+    """The twins a grown fit starts from. A fixed ``k`` trades slots once it has them all
+    (:mod:`~rbfkm_engine.trades`); ``n_clusters="auto"`` does not, as its path must hold
+    the counts as the phase transitions made them, nor do spherical fits, whose merges
+    Ward's Euclidean cost does not price."""
+    trade = auto is None and not ctx.passes.sphere
+    return Twins(mean, grown, ctx.generator, ctx.passes.check, trade=trade)
+
+
 def solve(
     ctx: FitContext,
     schedule: Schedule,
@@ -103,7 +112,7 @@ def solve(
     sigma = 0.0
     if schedule.temperatures:
         grown = _grown_centres(ws, schedule, auto)
-        start = Twins(C, grown, ctx.generator, ws.check) if C0 is None else C
+        start = _start(ctx, C, grown, auto) if C0 is None else C
         C, sigma = anneal(ctx, schedule, start, covariance)
         if C.shape[0] > ws.k:
             C = coarsen(ctx, C)

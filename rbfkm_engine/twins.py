@@ -6,7 +6,10 @@ back together; below it the twins move apart, and once their distance exceeds ``
 times the radius the twin becomes a centre of its own (both halves get new twins) until
 there are ``n_clusters``. Centres that fall back together are merged, freeing their slot
 for a later split. The number of centres a region of the data receives is thus decided by
-the data's own phase transitions, not by a random draw of initial centres.
+the data's own phase transitions, not by a random draw of initial centres. A fit of a
+fixed ``n_clusters`` keeps its twins once it has them all and trades slots: a split that
+pays for the merge of two other clusters gets the merged one's slot
+(:mod:`~rbfkm_engine.trades`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import torch
 
 from .progress import Interrupt
 from .temperature import grow_twin_linearly
+from .trades import Clusters, Trade, matched_trades, merge_costs, ward_gains
 
 #: A new twin is displaced by this fraction of its cluster's rms radius ...
 PERTURB = 3e-2
@@ -31,9 +35,10 @@ class Twins:
     """The centres of a grown fit and the twins of those that may still split.
 
     ``twins`` is ``None`` once there are ``n_clusters`` centres (until a merge frees a
-    slot). The annealing loop iterates on :meth:`stacked` and hands the result back to
-    :meth:`unstack`; after each temperature :meth:`after_temperature` splits, merges or
-    re-launches the twins.
+    slot), unless ``trade``: then the twins stay, and a pair that splits with no free slot
+    may take one from two clusters it pays to merge. The annealing loop iterates on
+    :meth:`stacked` and hands the result back to :meth:`unstack`; after each temperature
+    :meth:`after_temperature` splits, merges, trades or re-launches the twins.
     """
 
     def __init__(
@@ -42,8 +47,13 @@ class Twins:
         n_clusters: int,
         generator: torch.Generator | None,
         check: Interrupt | None = None,
+        trade: bool = False,
     ) -> None:
         self.check = check  # the fit's stop check, for the O(m^2) merge test
+        self.trade = trade
+        # Temperatures a full trading fit still waits before it prices trades again, and
+        # how long it waits after the next pricing that finds none (see _split).
+        self.trade_wait, self.trade_backoff = 0, 1
         self.centres = mean[:1]
         self.twins: torch.Tensor | None = None
         self.n_clusters = n_clusters
@@ -102,10 +112,12 @@ class Twins:
         mass = den[:m] + den[m:]
         return (spread[:m] + spread[m:]) / mass.clamp_min(tiny)
 
-    def after_temperature(self, radius2: torch.Tensor) -> bool:
+    def after_temperature(self, radius2: torch.Tensor, mass: torch.Tensor | None = None) -> bool:
         """Merge the centres that fell back together, else split the pairs that moved
         apart, else push collapsed twins back out. Returns whether the centres were
-        re-arranged (merged or split), so that the last labels no longer describe them."""
+        re-arranged (merged or split), so that the last labels no longer describe them.
+        ``mass``: the pass's masses of :meth:`stacked`, which a trading fit prices its
+        trades by (none without them)."""
         keep = coincident_survivors(self.centres, radius2, self.check)
         if keep is not None:
             # Centres that fell back together (above their local critical temperature)
@@ -117,37 +129,118 @@ class Twins:
             return False
         sep2 = ((self.centres - self.twins) ** 2).sum(dim=1)
         splitting = torch.nonzero(sep2 > SPLIT**2 * radius2).squeeze(1)
-        if splitting.numel():
-            self._split(splitting, sep2, radius2)
+        if splitting.numel() and self._split(splitting, sep2, radius2, mass):
             return True
         # Twins still moving apart keep going; collapsed ones are pushed back out along
         # their offset, which the iterations have turned towards the direction the pair
         # splits along (see _rescaled).
         collapsed = sep2 < PERTURB**2 * radius2
-        rescaled = self._rescaled(radius2)
-        self.twins = torch.where(collapsed.unsqueeze(1), rescaled, self.twins)
+        if bool(collapsed.any()):  # else nothing to push (and no random draw to make)
+            rescaled = self._rescaled(radius2)
+            self.twins = torch.where(collapsed.unsqueeze(1), rescaled, self.twins)
         return False
 
-    def _split(self, splitting: torch.Tensor, sep2: torch.Tensor, radius2: torch.Tensor) -> None:
+    def _split(
+        self,
+        splitting: torch.Tensor,
+        sep2: torch.Tensor,
+        radius2: torch.Tensor,
+        mass: torch.Tensor | None,
+    ) -> bool:
         """The widest-apart ``splitting`` pairs (as many as there are free slots) become
-        two centres each."""
+        two centres each; a trading fit's other splits take slots by :meth:`_trades`.
+        Returns whether any did (a full trading fit may find no trade that pays)."""
         assert self.twins is not None
-        C, twins, m = self.centres, self.twins, self.centres.shape[0]
-        order = torch.argsort(sep2[splitting], descending=True)
-        chosen = splitting[order[: self.n_clusters - m]]
+        C, m = self.centres, self.centres.shape[0]
+        free = self.n_clusters - m
+        if free > 0:
+            order = torch.argsort(sep2[splitting], descending=True)
+            chosen, waiting = splitting[order[:free]], splitting[order[free:]]
+        else:  # a full trading fit: every split waits (the common case, priced on the host)
+            chosen, waiting = splitting[:0], splitting
+        trades: list[Trade] = []
+        if self.trade and mass is not None and waiting.numel() and self._prices_now(free):
+            trades, C = self._trades(waiting, chosen, sep2, mass)
+            self._priced(bool(trades))
+        if self.trade and not trades and not chosen.numel():
+            return False
+        if trades:
+            traded = torch.tensor([t.split for t in trades], dtype=chosen.dtype)
+            chosen = torch.cat([chosen, traded.to(chosen.device)])
+        self._grow(C, chosen, radius2, trades)
+        return True
+
+    def _grow(
+        self, C: torch.Tensor, chosen: torch.Tensor, radius2: torch.Tensor, trades: list[Trade]
+    ) -> None:
+        """The twins of ``chosen`` become centres after ``C`` (the centres, merged ones
+        moved); each trade's ``dropped`` goes, and its ``kept`` gets a new twin."""
+        assert self.twins is not None
+        twins, m = self.twins, self.centres.shape[0]
         C = torch.cat([C, twins[chosen]])
         radius2 = torch.cat([radius2, radius2[chosen]])
-        self.centres = C
-        if C.shape[0] >= self.n_clusters:
-            self.twins = None
+        if C.shape[0] >= self.n_clusters and not self.trade:
+            self.centres, self.twins = C, None
             return
         # Pairs still on their way apart keep their twins (starting them again would delay
-        # their split by several temperatures); the two halves of each split get new ones.
+        # their split by several temperatures); the two halves of each split and every
+        # merged centre get new ones.
         fresh = self._fresh(C, radius2)
         keep = torch.zeros(C.shape[0], dtype=torch.bool, device=C.device)
         keep[:m] = True
         keep[chosen] = False
-        self.twins = torch.where(keep.unsqueeze(1), torch.cat([twins, fresh[m:]]), fresh)
+        alive = torch.ones_like(keep)
+        for trade in trades:
+            keep[trade.kept] = False
+            alive[trade.dropped] = False
+        twins = torch.where(keep.unsqueeze(1), torch.cat([twins, fresh[m:]]), fresh)
+        self.centres, self.twins = C[alive], twins[alive]
+
+    def _prices_now(self, free: int) -> bool:
+        """Whether to price trades at this temperature. A full fit whose last pricing
+        found no trade that pays is near the allocation its prices ask for: it waits one
+        temperature before the next pricing, twice as many after each further pricing
+        that finds none, and prices at every temperature again once one finds a trade.
+        Pricing is a few hundred small host operations, several times a soft pass of a
+        table of a few hundred rows; the waits keep it to a few per fit where no slot
+        moves. (Pricings while slots are still free count as well.)"""
+        if free > 0 or self.trade_wait == 0:
+            return True
+        self.trade_wait -= 1
+        return False
+
+    def _priced(self, traded: bool) -> None:
+        """Note a pricing's outcome for :meth:`_prices_now`."""
+        if traded:
+            self.trade_wait, self.trade_backoff = 0, 1
+        else:
+            self.trade_wait, self.trade_backoff = self.trade_backoff, 2 * self.trade_backoff
+
+    def _trades(
+        self, waiting: torch.Tensor, chosen: torch.Tensor, sep2: torch.Tensor, mass: torch.Tensor
+    ) -> tuple[list[Trade], torch.Tensor]:
+        """The trades of the splits ``waiting`` for a slot (:mod:`~rbfkm_engine.trades`),
+        the ``chosen`` clusters, which took the free slots, left out; and the centres
+        with each trade's ``kept`` at its merged mean (the caller drops the others)."""
+        assert self.twins is not None
+        C, m = self.centres, self.centres.shape[0]
+        # Two transfers to the host, not four: the rows, then the masses and separations.
+        rows_host = torch.cat([C, self.twins]).detach().double().cpu().numpy()
+        centres, twins = rows_host[:m], rows_host[m:]
+        sums = torch.cat([mass.double(), sep2.double()]).detach().cpu().numpy()
+        masses, distances = sums[: 2 * m], sums[2 * m :]
+        clusters = Clusters.of(centres, twins, masses[:m], masses[m:])
+        rows = waiting.tolist()
+        gains = ward_gains(masses[:m][rows], masses[m:][rows], distances[rows])
+        nearest, costs = merge_costs(clusters, self.check)
+        trades = matched_trades(
+            rows, gains.tolist(), nearest.tolist(), costs.tolist(), set(chosen.tolist())
+        )
+        if trades:
+            C = C.clone()
+            kept = torch.tensor([t.kept for t in trades], device=C.device)
+            C[kept] = torch.from_numpy(clusters.merged(trades)).to(C.device, C.dtype)
+        return trades, C
 
     def _fresh(self, centres: torch.Tensor, radius2: torch.Tensor) -> torch.Tensor:
         """Twins of ``centres`` in random directions, ``PERTURB`` radii away."""

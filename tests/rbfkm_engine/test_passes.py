@@ -569,7 +569,8 @@ def test_a_small_fit_is_the_same_with_lloyd_in_the_kernel(
     data: str, k: int, assignment: str, monkeypatch
 ) -> None:
     # "six": the README's session, whose tight clusters once made the local search take
-    # every trial for a gain of the kernel's rounding until max_iter ran out.
+    # every trial for a gain of the kernel's rounding until its budget (600 iterations on
+    # top of max_iter's 300) ran out; a fit that stops by its own tests takes far fewer.
     if data == "six":
         X = np.array(SIX_POINTS, dtype=np.float32)
     else:
@@ -578,7 +579,7 @@ def test_a_small_fit_is_the_same_with_lloyd_in_the_kernel(
     for limit in (passes.KERNEL_ITERATION_MAX_WORK, 0):
         monkeypatch.setattr(passes, "KERNEL_ITERATION_MAX_WORK", limit)
         fits.append(RBFKMeans(k, assignment=assignment, random_state=0).fit(X))
-    assert fits[0].n_iter_ == fits[1].n_iter_ < 100
+    assert fits[0].n_iter_ == fits[1].n_iter_ < 150
     assert np.array_equal(fits[0].labels_, fits[1].labels_)
     np.testing.assert_allclose(fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=1e-6)
     assert fits[0].inertia_ == pytest.approx(fits[1].inertia_, rel=1e-6)

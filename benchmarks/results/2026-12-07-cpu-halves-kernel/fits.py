@@ -1,5 +1,6 @@
-"""End inertia and wall of default entmax15 fits on real sets, one JSON line per fit; the
-engine measured is the one first on ``PYTHONPATH`` (run from outside the repository).
+"""End inertia, wall and annealed/end of default entmax15 fits on real sets, one JSON line
+per fit; the engine measured is the one first on ``PYTHONPATH`` (run from outside the
+repository). ``ann_end``: the Lloyd fixed point annealing reached over the end.
 
     cd /tmp && PYTHONPATH=<tree> python <this file> colours4096 1
 """
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+import common
 import realdata
 
 from rbfkm_engine import RBFKMeans
@@ -32,6 +34,7 @@ def main() -> None:
             model = RBFKMeans(n_clusters=ds.k, random_state=seed).fit(X)
             wall = time.perf_counter() - started
             line = {"set": key, "seed": seed, "end": model.inertia_, "wall": wall}
+            line["ann_end"] = common.annealed_inertia(model.history_) / model.inertia_
             print(json.dumps(line), flush=True)
 
 
