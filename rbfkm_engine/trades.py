@@ -26,9 +26,6 @@ import numpy as np
 
 from .progress import Interrupt
 
-#: Pairwise distances :func:`nearest_means` forms at once (a block of rows; 32 MB).
-NEAREST_BLOCK_ENTRIES = 1 << 22
-
 
 @dataclass(frozen=True)
 class Trade:
@@ -82,23 +79,27 @@ def ward_gains(mass_centres: np.ndarray, mass_twins: np.ndarray, sep2: np.ndarra
 
 
 def nearest_means(
-    mean: np.ndarray, check: Interrupt | None = None
+    mean: np.ndarray, block_entries: int, check: Interrupt | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each mean's nearest other mean and the squared distance to it, a block of rows
-    at a time (about ``NEAREST_BLOCK_ENTRIES`` distances), with ``check`` (the fit's
-    stop check) before each block."""
+    at a time (about ``block_entries`` distances, two such arrays at once: the budget
+    of the merge test's blocks, ``twins.MERGE_BLOCK_ENTRIES``), with ``check`` (the
+    fit's stop check) before each block."""
     m = mean.shape[0]
     nearest = np.zeros(m, dtype=np.int64)
     d2 = np.full(m, np.inf)
     if m < 2:
         return nearest, d2
     norms = (mean * mean).sum(axis=1)
-    rows = max(1, NEAREST_BLOCK_ENTRIES // m)
+    rows = max(1, block_entries // m)
     for start in range(0, m, rows):
         if check is not None:
             check()
         stop = min(start + rows, m)
-        block = norms[start:stop, None] + norms[None, :] - 2.0 * (mean[start:stop] @ mean.T)
+        # ||a||^2 + ||b||^2 - 2 a.b, in place but for the sum of the norms.
+        block = mean[start:stop] @ mean.T
+        block *= -2.0
+        block += norms[start:stop, None] + norms[None, :]
         own = np.arange(start, stop)
         block[own - start, own] = np.inf
         nearest[start:stop] = block.argmin(axis=1)
@@ -107,10 +108,11 @@ def nearest_means(
 
 
 def merge_costs(
-    clusters: Clusters, check: Interrupt | None = None
+    clusters: Clusters, block_entries: int, check: Interrupt | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each cluster's nearest (by means) and the Ward cost of merging the two."""
-    nearest, d2 = nearest_means(clusters.mean, check)
+    """Each cluster's nearest (by means, see :func:`nearest_means`) and the Ward cost of
+    merging the two."""
+    nearest, d2 = nearest_means(clusters.mean, block_entries, check)
     mass = clusters.mass
     other = mass[nearest]
     both = np.maximum(mass + other, np.finfo(np.float64).tiny)

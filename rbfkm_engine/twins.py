@@ -27,7 +27,8 @@ SPLIT = 1e-1
 #: The first twin grows by the linearised map, without passes over the data, while its
 #: offset stays below this fraction of the radius (see ``grow_twin_linearly``).
 LINEAR_TWIN_LIMIT = SPLIT / 2
-#: Pairwise distances :func:`coincident_survivors` forms at once (a block of rows; 32 MB).
+#: Pairwise distances :func:`coincident_survivors` and the trades' pricing form at once (a
+#: block of rows; 32 MB).
 MERGE_BLOCK_ENTRIES = 1 << 22
 
 
@@ -232,7 +233,7 @@ class Twins:
         clusters = Clusters.of(centres, twins, masses[:m], masses[m:])
         rows = waiting.tolist()
         gains = ward_gains(masses[:m][rows], masses[m:][rows], distances[rows])
-        nearest, costs = merge_costs(clusters, self.check)
+        nearest, costs = merge_costs(clusters, MERGE_BLOCK_ENTRIES, self.check)
         trades = matched_trades(
             rows, gains.tolist(), nearest.tolist(), costs.tolist(), set(chosen.tolist())
         )

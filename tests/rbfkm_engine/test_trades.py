@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from rbfkm_engine import trades
 from rbfkm_engine.passes import Workspace
 from rbfkm_engine.trades import (
     Clusters,
@@ -37,19 +36,16 @@ def test_ward_gains_cluster_means_and_merged_centres() -> None:
 
 
 @pytest.mark.parametrize("block_entries", (1 << 22, 7))
-def test_nearest_means_and_merge_costs_match_brute_force(
-    block_entries: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(trades, "NEAREST_BLOCK_ENTRIES", block_entries)
+def test_nearest_means_and_merge_costs_match_brute_force(block_entries: int) -> None:
     rng = np.random.default_rng(3)
     mean, mass = rng.normal(size=(23, 4)), rng.random(23) + 0.5
     d2 = ((mean[:, None, :] - mean[None, :, :]) ** 2).sum(axis=2)
     np.fill_diagonal(d2, np.inf)
-    nearest, cost = merge_costs(Clusters(mass, mean))
+    nearest, cost = merge_costs(Clusters(mass, mean), block_entries)
     assert nearest.tolist() == d2.argmin(axis=1).tolist()
     other = mass[nearest]
     np.testing.assert_allclose(cost, mass * other / (mass + other) * d2.min(axis=1), rtol=1e-12)
-    one, inf = nearest_means(mean[:1])
+    one, inf = nearest_means(mean[:1], block_entries)
     assert one.tolist() == [0] and inf.tolist() == [np.inf]
 
 
