@@ -92,6 +92,8 @@ def anneal(
         if isinstance(state, Twins):
             before = state.centres
             warm = not state.after_temperature(state.radii(den, stats.spread), den)
+            if not warm and state.successors is not None:
+                ctx.passes.follow(state.successors)
             if ctx.path is not None:
                 ctx.path.change(sigma, before, state.centres.shape[0])
         ctx.say(

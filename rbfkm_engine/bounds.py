@@ -32,17 +32,22 @@ from .distances import squared_norms
 GAP_BLOCK = 1024
 
 
-def rounding_margin(x_sq_max: float, c_sq_max: float, n_features: int, dtype: torch.dtype) -> float:
-    """The margin, in distance units, that covers the rounding of squared distances.
-
-    A dot product of ``d`` terms is off by about ``sqrt(d)`` units in the last place of
-    ``|x| |c|`` (fused, blocked sums: not the worst case, ``d`` units); the squared
-    distance adds ``||x||^2`` and ``||c||^2``. With ``E`` that error, squared distances
-    more than ``2 E`` apart keep their order, as do distances ``tau = sqrt(2 E)`` apart.
-    """
+def squared_rounding_error(
+    x_sq_max: float, c_sq_max: float, n_features: int, dtype: torch.dtype
+) -> float:
+    """``E``, the rounding error of a computed squared distance ``||c||^2 - 2 x.c +
+    ||x||^2``: a dot product of ``d`` terms is off by about ``sqrt(d)`` units in the last
+    place of ``|x| |c|`` (fused, blocked sums: not the worst case, ``d`` units), and the
+    sum adds ``||x||^2`` and ``||c||^2``."""
     eps = torch.finfo(dtype).eps
-    error = (2.0 * math.sqrt(n_features) + 4.0) * eps * (x_sq_max + c_sq_max)
-    return math.sqrt(2.0 * error)
+    return (2.0 * math.sqrt(n_features) + 4.0) * eps * (x_sq_max + c_sq_max)
+
+
+def rounding_margin(x_sq_max: float, c_sq_max: float, n_features: int, dtype: torch.dtype) -> float:
+    """The margin, in distance units, that covers the rounding of squared distances:
+    squared distances more than ``2 E`` apart (:func:`squared_rounding_error`) keep their
+    order, as do distances ``tau = sqrt(2 E)`` apart."""
+    return math.sqrt(2.0 * squared_rounding_error(x_sq_max, c_sq_max, n_features, dtype))
 
 
 @dataclass

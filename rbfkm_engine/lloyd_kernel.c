@@ -1282,9 +1282,17 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
  * sigma H(R_i)), [1] sum_i w_i min_dist_i, [2] the nonzero responsibilities (a centre's
  * twin, column j + twins, counted with the centre; twins = k without twins), [3] the rows
  * that are not one-hot, [4] their weight, [5] the weight of the rows shared by two centres
- * or more (twins counted likewise). labels and min_dist (m) are written. The torch pass's
- * values (assign.py, mstep.py) up to rounding. Scratch: soft_scratch(kp) values of T, kp
- * int64 and k bytes, zero (left zero). */
+ * or more (twins counted likewise), [6] the rows the neighbour lists served and [7] the
+ * candidates those computed. labels and min_dist (m) are written. The torch pass's values
+ * (assign.py, mstep.py) up to rounding. Scratch: soft_scratch(kp) values of T, 2 kp int64
+ * and k bytes, zero (left zero).
+ *
+ * With neighbour lists (nb, order, gap, width as centre_neighbours makes them; direct
+ * distances only), a row whose last label a is a centre's takes its candidates from a's
+ * list where the triangle inequality shows the list holds every centre the map may use
+ * (soft_reach), and scans every centre otherwise: the same partial distances, the same
+ * support in the same column order, so the same values bit for bit, and rows added to the
+ * sums in the same order. */
 #define SOFT_PASS(T, V, LANES, SUFFIX)                                                         \
     typedef struct {                                                                           \
         const T *X, *x_sq, *w;                                                                 \
@@ -1293,19 +1301,26 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         int64_t *labels;                                                                       \
         T *min_dist;                                                                           \
         double *num, *den, *spread, *stats;                                                    \
-        T *z, *q, *work; /* a row's scores, responsibilities and sort space (kp each) */       \
-        int64_t *cols;   /* the columns of q */                                                \
+        T *z, *q, *work, *pz; /* a row's scores, responsibilities, sort space, partials */     \
+        int64_t *cols;        /* the columns of z, q and pz */                                 \
         unsigned char *mark;                                                                   \
     } SoftPass_##SUFFIX;                                                                       \
                                                                                                \
-    /* Row i's responsibilities q on columns cols from its partial distances p (dmin the       \
-     * least, at lab); returns how many, writes whether the row is soft and its energy. */     \
-    static int64_t soft_map_##SUFFIX(const SoftPass_##SUFFIX *s, const T *p, T dmin,           \
-                                     int64_t lab, T dist, int *soft, double *energy) {         \
+    /* The neighbour lists a pass takes candidates from, and the rounding error of the         \
+     * rows' squared distances (rbfkm_engine/bounds.py, squared_rounding_error). */            \
+    typedef struct {                                                                           \
+        const T *CT, *c_sq, *nb, *gap;                                                         \
+        const int32_t *order;                                                                  \
+        int64_t width;                                                                         \
+        T error;                                                                               \
+    } SoftLists_##SUFFIX;                                                                      \
+                                                                                               \
+    /* A row's support from its partial distances p (kp columns, padding +inf): the columns    \
+     * within 2 sigma of the least, dmin, in column order, their scores (clipped at -4: the    \
+     * map's threshold is above it) and partials; returns how many. */                         \
+    static int64_t soft_support_##SUFFIX(const SoftPass_##SUFFIX *s, const T *p, T dmin) {     \
         const T sigma = s->sigma;                                                              \
         int64_t n = 0;                                                                         \
-        *soft = 0;                                                                             \
-        *energy = dist;                                                                        \
         const T bound = dmin + 2 * sigma;                                                      \
         const V limit = (V){0} + bound;                                                        \
         for (int64_t j0 = 0; j0 < s->kp; j0 += LANES) { /* a lane test, then the few in */     \
@@ -1317,12 +1332,107 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
                 if (!(p[j] < bound)) continue;                                                 \
                 const T score = (p[j] - dmin) / -sigma;                                        \
                 s->z[n] = score > (T)-4 ? score : (T)-4;                                       \
+                s->pz[n] = p[j];                                                               \
                 s->cols[n++] = j;                                                              \
             }                                                                                  \
         }                                                                                      \
+        return n;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    /* How far down row i's anchor a's list (a centre, its label at the last pass) the         \
+     * centres lie that the row's map may use, or -1 where the list does not reach them.       \
+     * The map uses centres within 2 sigma of the nearest in squared distance, and the         \
+     * nearest is no farther than c_a: with E the rounding error of a squared distance,        \
+     * each such centre's true squared distance is below D_a + 2 sigma + 2 E (D_a: the         \
+     * row's computed one to c_a), while a centre at gap g from c_a is at least g - u from     \
+     * x, u = sqrt(D_a + E) bounding ||x - c_a||. A centre listed at a gap beyond u +          \
+     * sqrt(D_a + 2 sigma + 2 E), or left out (every such one is at least the last gap         \
+     * away), is not among them. *own: the row's partial to c_a. */                            \
+    static int64_t soft_reach_##SUFFIX(const SoftPass_##SUFFIX *s,                             \
+                                       const SoftLists_##SUFFIX *l, int64_t i, int64_t a,      \
+                                       T *own) {                                               \
+        const T *x = s->X + i * s->d;                                                          \
+        *own = partial_to_##SUFFIX(x, s->d, l->CT, l->c_sq, s->kp, a);                         \
+        T dist = *own + s->x_sq[i];                                                            \
+        dist = dist < (T)0 ? (T)0 : dist;                                                      \
+        const T slack = 1 + 16 * EPS_OF(T), shrink = 1 - (T)(s->d + 8) * EPS_OF(T);            \
+        const T u = ROOT(T, dist + l->error) * slack;                                          \
+        const T need = u + ROOT(T, dist + 2 * s->sigma + 2 * l->error) * slack;                \
+        const T *g = l->gap + a * l->width;                                                    \
+        for (int64_t r = 0; r < l->width; r++)                                                 \
+            if (g[r] * shrink >= need) return r;                                               \
+        return -1;                                                                             \
+    }                                                                                          \
+                                                                                               \
+    /* Row i's support from the first `reach` centres of its anchor a's list and a itself      \
+     * (own: its partial), as soft_support gives it from every centre's: the partials of       \
+     * the candidates into cp and cand (their columns), their least dmin at the lowest         \
+     * column lab, then the support insertion-sorted by column. Returns its size and adds      \
+     * the candidates to *scanned. */                                                          \
+    static int64_t listed_support_##SUFFIX(const SoftPass_##SUFFIX *s,                         \
+                                           const SoftLists_##SUFFIX *l, int64_t i, int64_t a,  \
+                                           T own, int64_t reach, T *cp, int64_t *cand,         \
+                                           int64_t *lab, T *dmin, double *scanned) {           \
+        const int64_t d = s->d, width = l->width;                                              \
+        const T *x = s->X + i * d, *list = l->nb + a * (d + 1) * width;                        \
+        const int32_t *order = l->order + a * width;                                           \
+        int64_t m = 1, at = a;                                                                 \
+        T best = own;                                                                          \
+        cand[0] = a;                                                                           \
+        cp[0] = own;                                                                           \
+        for (int64_t r0 = 0; r0 < reach; r0 += LANES) { /* partials as neighbour_scan's */     \
+            V v;                                                                               \
+            memcpy(&v, list + r0, sizeof v);                                                   \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                V ct;                                                                          \
+                memcpy(&ct, list + (1 + t) * width + r0, sizeof ct);                           \
+                v += x[t] * ct;                                                                \
+            }                                                                                  \
+            const int64_t end = r0 + LANES < reach ? r0 + LANES : reach;                       \
+            for (int64_t r = r0; r < end; r++) {                                               \
+                const int64_t j = order[r];                                                    \
+                const T p = v[r - r0];                                                         \
+                cand[m] = j;                                                                   \
+                cp[m++] = p;                                                                   \
+                if (p < best || (p == best && j < at)) {                                       \
+                    best = p;                                                                  \
+                    at = j;                                                                    \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        *scanned += (double)m;                                                                 \
+        *lab = at;                                                                             \
+        *dmin = best;                                                                          \
+        const T bound = best + 2 * s->sigma;                                                   \
+        int64_t n = 0;                                                                         \
+        for (int64_t c = 0; c < m; c++) {                                                      \
+            if (!(cp[c] < bound)) continue;                                                    \
+            const T score = (cp[c] - best) / -s->sigma;                                        \
+            int64_t r = n++;                                                                   \
+            for (; r > 0 && s->cols[r - 1] > cand[c]; r--) {                                   \
+                s->cols[r] = s->cols[r - 1];                                                   \
+                s->z[r] = s->z[r - 1];                                                         \
+                s->pz[r] = s->pz[r - 1];                                                       \
+            }                                                                                  \
+            s->cols[r] = cand[c];                                                              \
+            s->z[r] = score > (T)-4 ? score : (T)-4;                                           \
+            s->pz[r] = cp[c];                                                                  \
+        }                                                                                      \
+        return n;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    /* Row i's responsibilities q on the n columns of its support (one-hot at lab, the         \
+     * nearest, where it holds fewer than two); returns how many, writes whether the row       \
+     * is soft and its energy (dist: its squared distance to the nearest). */                  \
+    static int64_t soft_map_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t n, T dmin,            \
+                                     int64_t lab, T dist, int *soft, double *energy) {         \
+        const T sigma = s->sigma;                                                              \
+        *soft = 0;                                                                             \
+        *energy = dist;                                                                        \
         if (n < 2) {                                                                           \
             s->q[0] = 1;                                                                       \
             s->cols[0] = lab;                                                                  \
+            s->pz[0] = dmin;                                                                   \
             return 1;                                                                          \
         }                                                                                      \
         double spent, power;                                                                   \
@@ -1341,9 +1451,9 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         return j < s->twins ? j : j - s->twins;                                                \
     }                                                                                          \
                                                                                                \
-    /* Row i's share of the pass, from its partial distances p (kp columns, padding +inf),     \
-     * their least dmin and its column lab (nearest_row's). */                                 \
-    static void soft_row_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t i, const T *p,           \
+    /* Row i's share of the pass, from its support (n columns, soft_support's or               \
+     * listed_support's), its nearest centre lab and that one's partial dmin. */               \
+    static void soft_row_##SUFFIX(const SoftPass_##SUFFIX *s, int64_t i, int64_t support,      \
                                   int64_t lab, T dmin) {                                       \
         const T x_sq = s->x_sq[i];                                                             \
         T dist = dmin + x_sq;                                                                  \
@@ -1353,7 +1463,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         const double wi = s->w ? (double)s->w[i] : 1.0;                                        \
         int soft;                                                                              \
         double energy;                                                                         \
-        const int64_t n = soft_map_##SUFFIX(s, p, dmin, lab, dist, &soft, &energy);            \
+        const int64_t n = soft_map_##SUFFIX(s, support, dmin, lab, dist, &soft, &energy);      \
         double *stats = s->stats;                                                              \
         stats[0] += wi * energy;                                                               \
         stats[1] += wi * (double)dist;                                                         \
@@ -1369,7 +1479,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
             for (int64_t t = 0; t < s->d; t++) a[t] += wq * (double)x[t];                      \
             s->den[j] += wq;                                                                   \
             if (!s->spread) continue;                                                          \
-            const T dj = p[j] + x_sq;                                                          \
+            const T dj = s->pz[r] + x_sq;                                                      \
             s->spread[j] += wq * (double)(dj < (T)0 ? (T)0 : dj);                              \
         }                                                                                      \
         for (int64_t r = 0; r < n; r++) s->mark[soft_centre_##SUFFIX(s, s->cols[r])] = 0;      \
@@ -1402,33 +1512,69 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         for (int r = 0; r < ROWS; r++) lab[r] = reduce_##SUFFIX(best[r], at[r], &dmin[r]);     \
     }                                                                                          \
                                                                                                \
+    /* The ROWS rows from i (rows of them real) on direct distances: those whose anchor's      \
+     * list reaches their support (l not NULL) from it, the others from a scan of every        \
+     * centre, computed together; each row's share added in row order. */                      \
+    static void soft_group_##SUFFIX(const SoftPass_##SUFFIX *s, const SoftLists_##SUFFIX *l,   \
+                                    const T *CT, const T *c_sq, int64_t i, int rows,           \
+                                    T *part, T *cp, int64_t *cand) {                           \
+        int64_t reach[ROWS], lab[ROWS];                                                        \
+        T own[ROWS], dmin[ROWS];                                                               \
+        const T *xs[ROWS];                                                                     \
+        int scans = 0;                                                                         \
+        for (int r = 0; r < rows; r++) {                                                       \
+            const int64_t a = s->labels[i + r];                                                \
+            reach[r] = l && a >= 0 && a < s->k ? soft_reach_##SUFFIX(s, l, i + r, a, &own[r])  \
+                                               : -1;                                           \
+            if (reach[r] < 0) xs[scans++] = s->X + (i + r) * s->d;                             \
+        }                                                                                      \
+        if (scans) {                                                                           \
+            for (int r = scans; r < ROWS; r++) xs[r] = xs[scans - 1];                          \
+            soft_partials_##SUFFIX(xs, s->d, CT, c_sq, s->kp, part, lab, dmin);                \
+        }                                                                                      \
+        for (int r = 0, scanned = 0; r < rows; r++) {                                          \
+            if (reach[r] < 0) {                                                                \
+                const int64_t n = soft_support_##SUFFIX(s, part + scanned * s->kp,             \
+                                                        dmin[scanned]);                        \
+                soft_row_##SUFFIX(s, i + r, n, lab[scanned], dmin[scanned]);                   \
+                scanned++;                                                                     \
+                continue;                                                                      \
+            }                                                                                  \
+            int64_t at;                                                                        \
+            T least;                                                                           \
+            const int64_t n = listed_support_##SUFFIX(s, l, i + r, s->labels[i + r], own[r],   \
+                                                      reach[r], cp, cand, &at, &least,         \
+                                                      &s->stats[7]);                           \
+            s->stats[6] += 1;                                                                  \
+            soft_row_##SUFFIX(s, i + r, n, at, least);                                         \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
     void soft_block_##SUFFIX(const T *X, int64_t m, int64_t d, const T *x_sq, const T *CT,     \
                              const T *c_sq, int64_t kp, const T *D, int64_t ldd, const T *w,   \
                              int64_t k, T sigma, int64_t twins,                                \
                              int64_t *labels, T *min_dist, double *num, double *den,           \
                              double *spread, double *stats, T *scratch, int64_t *cols,         \
-                             unsigned char *mark) {                                            \
+                             unsigned char *mark, const T *nb, const int32_t *order,           \
+                             const T *gap, int64_t width, T error) {                           \
         T *part = scratch, *z = scratch + ROWS * kp;                                           \
         const SoftPass_##SUFFIX s = {X, x_sq, w, d, k, kp, twins, sigma, labels,               \
                                      min_dist, num, den, spread, stats, z, z + kp,             \
-                                     z + 2 * kp, cols, mark};                                  \
+                                     z + 2 * kp, z + 3 * kp, cols, mark};                      \
+        const SoftLists_##SUFFIX lists = {CT, c_sq, nb, gap, order, width, error};             \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
-            int64_t lab[ROWS];                                                                 \
-            T dmin[ROWS];                                                                      \
-            if (D) {                                                                           \
-                for (int r = 0; r < rows; r++) {                                               \
-                    const T *p = D + (i + r) * ldd;                                            \
-                    lab[r] = nearest_row_##SUFFIX(p, kp, &dmin[r], NULL);                      \
-                    soft_row_##SUFFIX(&s, i + r, p, lab[r], dmin[r]);                          \
-                }                                                                              \
+            if (!D) {                                                                          \
+                soft_group_##SUFFIX(&s, nb ? &lists : NULL, CT, c_sq, i, rows, part,           \
+                                    z + 4 * kp, cols + kp);                                    \
                 continue;                                                                      \
             }                                                                                  \
-            const T *xs[ROWS];                                                                 \
-            row_group_##SUFFIX(X, d, i, rows, xs);                                             \
-            soft_partials_##SUFFIX(xs, d, CT, c_sq, kp, part, lab, dmin);                      \
-            for (int r = 0; r < rows; r++)                                                     \
-                soft_row_##SUFFIX(&s, i + r, part + r * kp, lab[r], dmin[r]);                  \
+            for (int r = 0; r < rows; r++) {                                                   \
+                const T *p = D + (i + r) * ldd;                                                \
+                T dmin;                                                                        \
+                const int64_t lab = nearest_row_##SUFFIX(p, kp, &dmin, NULL);                  \
+                soft_row_##SUFFIX(&s, i + r, soft_support_##SUFFIX(&s, p, dmin), lab, dmin);   \
+            }                                                                                  \
         }                                                                                      \
     }
 
@@ -1560,8 +1706,9 @@ HARTIGAN_BATCH(double, vdouble, int64_t, 4, f64)
 int64_t lloyd_lanes(void) { return 8; }
 
 /* The values of scratch soft_block needs for kp columns: a partial-distance block, then a
- * row's scores, responsibilities and sort space. */
-int64_t soft_scratch(int64_t kp) { return (ROWS + 3) * kp; }
+ * row's scores, responsibilities, sort space and partials, and a listed row's candidates'
+ * partials. */
+int64_t soft_scratch(int64_t kp) { return (ROWS + 5) * kp; }
 
 /* The values of scratch hartigan_batch needs for kp columns: the columns' factors. */
 int64_t hartigan_scratch(int64_t kp) { return kp; }

@@ -202,7 +202,7 @@ def library() -> ctypes.CDLL | None:
                 fn = getattr(lib, f"soft_block_{suffix}")
                 fn.restype = None
                 fn.argtypes = [*_ARGTYPES[:10], _I, _SCALAR[dtype], _I]
-                fn.argtypes += [_P] * 9
+                fn.argtypes += [*[_P] * 12, _I, _SCALAR[dtype]]
                 fn = getattr(lib, f"farthest_picks_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [_P, _I, _I, _P, _P, _SCALAR[dtype], _I, _P]
@@ -351,13 +351,24 @@ class SoftMap:
     twins_from: int | None
 
 
+@dataclass(frozen=True)
+class SoftLists:
+    """Neighbour lists a soft pass takes its rows' candidates from, made at its centres,
+    and the rounding error of the rows' squared distances to them
+    (:func:`~rbfkm_engine.bounds.squared_rounding_error`)."""
+
+    neighbours: Neighbours
+    error: float
+
+
 @dataclass
 class SoftParts:
     """A block's share of a soft pass, float64, as the kernel adds to it: the M-step sums
     ``num`` (``k x d``) and ``den`` (``k``), the per-centre ``spread`` (``None``: not
     needed) and ``stats``: ``sum_i w_i energy_i``, ``sum_i w_i min_dist_i``, the nonzero
-    responsibilities, the rows that are not one-hot and their weight, and the weight of the
-    rows shared by two centres or more (a centre's twin counted with it)."""
+    responsibilities, the rows that are not one-hot and their weight, the weight of the
+    rows shared by two centres or more (a centre's twin counted with it), and the rows
+    neighbour lists served and the candidates those computed."""
 
     num: torch.Tensor
     den: torch.Tensor
@@ -369,7 +380,7 @@ class SoftParts:
         def zeros(*shape: int) -> torch.Tensor:
             return torch.zeros(shape, dtype=torch.float64)
 
-        return cls(zeros(k, d), zeros(k), zeros(k) if spread else None, zeros(6))
+        return cls(zeros(k, d), zeros(k), zeros(k) if spread else None, zeros(8))
 
 
 @dataclass
@@ -492,13 +503,22 @@ class LloydKernel:
         D: torch.Tensor | None,
         soft: SoftMap,
         sums: SoftParts,
+        lists: SoftLists | None = None,
     ) -> None:
         """One block of an entmax15 pass (``soft``: its temperature and the twins):
         ``labels`` and ``min_dist`` written, the block's responsibilities added to
-        ``sums``. ``D``: as :meth:`block`'s."""
+        ``sums``. ``D``: as :meth:`block`'s. ``lists`` (direct distances only): a row
+        labelled by a centre takes its candidates from that centre's list where the list
+        holds every centre its map may use; the values are a scan's, bit for bit."""
         k = sums.den.shape[0]
         twins = k if soft.twins_from is None else soft.twins_from
         scratch, cols, mark = self._soft_buffers(centres.width, k, rows.X.dtype)
+        listed: tuple[int | float | None, ...] = (None, None, None, 0, 0.0)
+        if lists is not None:
+            nb = lists.neighbours
+            assert centres.CT is not None and D is None and k > nb.width
+            order, gap, vectors = nb.pointers()
+            listed = (vectors, order, gap, nb.width, lists.error)
         self._soft(
             *_block_args(rows, centres, D),
             *(k, soft.sigma, twins),
@@ -511,6 +531,7 @@ class LloydKernel:
             scratch.data_ptr(),
             cols.data_ptr(),
             mark.data_ptr(),
+            *listed,
         )
 
     def _soft_buffers(
@@ -519,19 +540,20 @@ class LloydKernel:
         """This thread's scratch of :meth:`soft_block` for ``width`` columns and ``k``
         centres: values, column indices and ``k`` zeroed bytes (the kernel leaves them
         zeroed), grown when too small and kept between passes (a small pass costs a few
-        allocations less)."""
+        allocations less). The column indices are twice ``width``: a listed row's
+        candidates take the second half."""
         held = getattr(self._local, "soft", None)
         size = int(self._soft_scratch(width))
         if (
             held is None
             or held[0].dtype != dtype
             or held[0].numel() < size
-            or held[1].numel() < width
+            or held[1].numel() < 2 * width
             or held[2].numel() < k
         ):
             held = (
                 torch.empty(size, dtype=dtype),
-                torch.empty(width, dtype=torch.long),
+                torch.empty(2 * width, dtype=torch.long),
                 torch.zeros(k, dtype=torch.uint8),
             )
             self._local.soft = held

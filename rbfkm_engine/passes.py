@@ -28,7 +28,7 @@ import torch
 from . import fused
 from .assign import EStep, responsibilities
 from .blocks import iter_chunks
-from .bounds import Bounds, near_drift
+from .bounds import Bounds, near_drift, squared_rounding_error
 from .distances import squared_distances, squared_norms
 from .memory import gather_block_rows
 from .mstep import accumulate, accumulate_spread, count_nonzeros, shared_rows, weighted_sum
@@ -42,6 +42,7 @@ from .native import (
     NeighbourMoves,
     Neighbours,
     Rows,
+    SoftLists,
     SoftMap,
     SoftParts,
     lloyd_kernel,
@@ -126,12 +127,15 @@ class NeighbourUse:
     pass where they did not pay, the next :data:`NEIGHBOUR_PAUSE` passes go without
     them (twice as many after each further such pass), then they are tried again. The
     choice depends on counts, not on timings, so a fit's passes are the same from run to
-    run; and it changes the speed, not the labels.
+    run; and it changes the speed, not the labels. ``doubling=False`` keeps the pause at
+    :data:`NEIGHBOUR_PAUSE`: annealing's passes cool, and lists that did not pay at one
+    temperature may at the next.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, doubling: bool = True) -> None:
         self._skip = 0
         self._pause = NEIGHBOUR_PAUSE
+        self._doubling = doubling
 
     def wanted(self) -> bool:
         """Whether the next warm bounded pass makes lists."""
@@ -153,7 +157,8 @@ class NeighbourUse:
             self._pause = NEIGHBOUR_PAUSE
             return
         self._skip = self._pause
-        self._pause *= 2
+        if self._doubling:
+            self._pause *= 2
 
 
 class Workspace:
@@ -223,6 +228,9 @@ class Workspace:
         self._neighbour_last: ListTrace | None = None
         self._neighbours_made = 0
         self._neighbour_use = NeighbourUse()
+        # Whether entmax15 passes take their rows' candidates from neighbour lists.
+        self._soft_neighbour_use = NeighbourUse(doubling=False)
+        self._x_sq_max: float | None = None
         self._sum_sq: torch.Tensor | None = None
         # Per thread: the distance block and the argmin keys' block, reused by every pass
         # (see ``_reused_block``), and the layout whose padding the distance block holds
@@ -413,14 +421,42 @@ class Workspace:
         direct = kernel.direct(d) or self._small(k)
         centres = kernel.centres(C, width, direct=direct)
         c_sq = centres.c_sq[:k].unsqueeze(0)
+        lists = self._soft_lists(C, centres)
 
         def block(rows: slice) -> SoftParts:
             D = None if direct else self.padded_distances(rows, C, c_sq)
             part = SoftParts.zeros(k, d, need_spread)
-            kernel.soft_block(self._rows(rows), centres, D, soft, part)
+            kernel.soft_block(self._rows(rows), centres, D, soft, part, lists)
             return part
 
-        return _SoftSums.of_parts(self.map_blocks(block), C)
+        # Where a pass may take neighbour lists, a row costs a few candidates and a block's
+        # share of the sums (k x d) would cost more than its rows in cache-sized blocks:
+        # the blocks are those of the passes without a distance block. They do not
+        # depend on whether this pass takes lists, so neither do the sums.
+        listable = direct and k >= NEIGHBOUR_MIN_K
+        rows = self._scan_block_rows(centres) if listable else None
+        sums = _SoftSums.of_parts(self.map_blocks(block, rows), C)
+        if lists is not None:
+            n, (decided, scanned) = self.X.shape[0], sums.listed
+            self._soft_neighbour_use.record(k, n, decided, scanned, made=self._neighbours_made)
+        return sums
+
+    def _soft_lists(self, C: torch.Tensor, centres: Centres) -> SoftLists | None:
+        """Neighbour lists for an entmax15 pass at ``C`` on direct distances (``None``:
+        every row scans every centre). A row takes its candidates from its last label's
+        list where the list reaches every centre within the map's ``2 sigma`` of the
+        nearest: at cold temperatures most rows, at hot ones few, and
+        :class:`NeighbourUse` stops making lists while they do not pay."""
+        if centres.CT is None:
+            return None
+        neighbours = self._neighbours(C, centres, self._soft_neighbour_use)
+        if neighbours is None:
+            return None
+        if self._x_sq_max is None:
+            self._x_sq_max = float(self.x_sq.max()) if self.x_sq.numel() else 0.0
+        c_sq_max = float(centres.c_sq[: C.shape[0]].max())
+        error = squared_rounding_error(self._x_sq_max, c_sq_max, C.shape[1], C.dtype)
+        return SoftLists(neighbours, error)
 
     def _torch_soft_pass(
         self, C: torch.Tensor, assignment: str, soft: SoftMap, warm: bool, need_spread: bool
@@ -667,15 +703,18 @@ class Workspace:
         for a row (``centres.width`` times the features in multiply-adds)."""
         return self.big_block_rows(centres.width * self.X.shape[1])
 
-    def _neighbours(self, C: torch.Tensor, centres: Centres) -> Neighbours | None:
-        """Each centre's nearest others for a warm bounded pass at ``C`` (see
-        :data:`NEIGHBOUR_MIN_K`), where the lists take no more room than the rows: kept
-        up from the last lists where they are of the same centres (see
-        :data:`NEIGHBOUR_MOVER_SHARE`), else made by a scan of every centre."""
+    def _neighbours(
+        self, C: torch.Tensor, centres: Centres, use: NeighbourUse | None = None
+    ) -> Neighbours | None:
+        """Each centre's nearest others for a pass at ``C`` (see :data:`NEIGHBOUR_MIN_K`)
+        where ``use`` (default: the bounded Lloyd passes') wants them and the lists (``k``
+        times ``NEIGHBOUR_WIDTH (d + 3)`` values) take no more room than a block of the
+        pass's distances: kept up from the last lists where they are of the same centres
+        (see :data:`NEIGHBOUR_MOVER_SHARE`), else made by a scan of every centre."""
         k, d = C.shape
-        if k < NEIGHBOUR_MIN_K or k * NEIGHBOUR_WIDTH > self.X.shape[0]:
+        if k < NEIGHBOUR_MIN_K or NEIGHBOUR_WIDTH * (d + 3) > self.chunk_size:
             return None
-        if not self._neighbour_use.wanted():
+        if not (self._neighbour_use if use is None else use).wanted():
             return None
         kernel = self.kernel
         assert kernel is not None
@@ -982,6 +1021,15 @@ class Workspace:
         (total,) = self.reducer.sum_many(total)
         return (total / self.total_weight)[None]
 
+    def follow(self, successors: torch.Tensor) -> None:
+        """The centres were re-arranged, the row ``j`` of the last pass's now at
+        ``successors[j]``: each label follows its centre, so that the next pass's rows
+        start their neighbour lists from a centre near them (any label is a valid start,
+        a far one only a slower one)."""
+        self._forget_lloyd_state()
+        last = successors.numel() - 1
+        self.labels.copy_(successors.to(self.labels.device)[self.labels.clamp(0, last)])
+
     def snapshot(self) -> Snapshot:
         """Copies of ``labels``, ``min_dist`` and what a warm Lloyd pass would start from
         (the kept sums and the bounds), for :meth:`restore`."""
@@ -1040,6 +1088,8 @@ class _SoftSums:
         self.n_soft = 0
         self.soft_weight = 0.0
         self.shared_weight = 0.0
+        # The rows a kernel pass's neighbour lists served, and the candidates they computed.
+        self.listed = (0, 0)
 
     def add(
         self,
@@ -1107,9 +1157,10 @@ class _SoftSums:
         )
         # The first block's parts are this pass's own: its sums may be kept, not copied.
         sums.objective, sums.inertia = first.stats[0], first.stats[1]
-        nnz, n_soft, soft_weight, shared_weight = first.stats[2:].tolist()
+        nnz, n_soft, soft_weight, shared_weight, listed, candidates = first.stats[2:].tolist()
         sums.nnz, sums.n_soft, sums.soft_weight = int(nnz), int(n_soft), soft_weight
         sums.shared_weight = shared_weight
+        sums.listed = (int(listed), int(candidates))
         return sums
 
     def reduce(self, reducer: Reducer) -> None:

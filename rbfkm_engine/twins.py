@@ -59,6 +59,9 @@ class Twins:
         self.twins: torch.Tensor | None = None
         self.n_clusters = n_clusters
         self.generator = generator
+        # After a re-arrangement (see after_temperature): for each row of the old
+        # stacked(), the row of the new one that stands where it stood.
+        self.successors: torch.Tensor | None = None
 
     @property
     def twins_from(self) -> int | None:
@@ -116,13 +119,15 @@ class Twins:
     def after_temperature(self, radius2: torch.Tensor, mass: torch.Tensor | None = None) -> bool:
         """Merge the centres that fell back together, else split the pairs that moved
         apart, else push collapsed twins back out. Returns whether the centres were
-        re-arranged (merged or split), so that the last labels no longer describe them.
+        re-arranged (merged or split), so that the last labels no longer describe them;
+        :attr:`successors` then maps them to rows of the new :meth:`stacked`.
         ``mass``: the pass's masses of :meth:`stacked`, which a trading fit prices its
         trades by (none without them)."""
         keep = coincident_survivors(self.centres, radius2, self.check)
         if keep is not None:
             # Centres that fell back together (above their local critical temperature)
             # are one cluster: free the slot, so that a region that splits later gets it.
+            self.successors = _merge_successors(keep, self.twins is not None)
             self.centres, radius2 = self.centres[keep], radius2[keep]
             self.launch(radius2)
             return True
@@ -182,6 +187,7 @@ class Twins:
         radius2 = torch.cat([radius2, radius2[chosen]])
         if C.shape[0] >= self.n_clusters and not self.trade:
             self.centres, self.twins = C, None
+            self.successors = _grow_successors(m, chosen, [], None)
             return
         # Pairs still on their way apart keep their twins (starting them again would delay
         # their split by several temperatures); the two halves of each split and every
@@ -196,6 +202,7 @@ class Twins:
             alive[trade.dropped] = False
         twins = torch.where(keep.unsqueeze(1), torch.cat([twins, fresh[m:]]), fresh)
         self.centres, self.twins = C[alive], twins[alive]
+        self.successors = _grow_successors(m, chosen, trades, alive)
 
     def _prices_now(self, free: int) -> bool:
         """Whether to price trades at this temperature. A full fit whose last pricing
@@ -269,6 +276,42 @@ class Twins:
         fresh = self._fresh(centres, radius2)
         scale = PERTURB * radius2.clamp_min(0.0).sqrt().unsqueeze(1) / norm.clamp_min(1e-300)
         return torch.where(norm > 0, centres + offset * scale, fresh)
+
+
+def _grow_successors(
+    m: int, chosen: torch.Tensor, trades: list[Trade], alive: torch.Tensor | None
+) -> torch.Tensor:
+    """:attr:`Twins.successors` of :meth:`Twins._grow` from ``m`` centres and their twins:
+    a centre stays where it was (among the ``alive`` ones; a trade's dropped centre goes
+    to the merged cluster it joined), the twin of a ``chosen`` centre is the new centre
+    after them, and any other twin is its centre's twin (its centre, where no twins
+    remain: ``alive`` is ``None``)."""
+    device = chosen.device
+    grown = m + chosen.numel()
+    target = torch.arange(grown, device=device)
+    for trade in trades:
+        target[trade.dropped] = trade.kept
+    if alive is None:
+        rank, twins_from = target, None
+    else:
+        rank = (torch.cumsum(alive.long(), 0) - 1)[target]
+        twins_from = int(alive.sum())
+    twin = rank[:m].clone() if twins_from is None else twins_from + rank[:m]
+    twin[chosen] = rank[m + torch.arange(chosen.numel(), device=device)]
+    return torch.cat([rank[:m], twin])
+
+
+def _merge_successors(keep: torch.Tensor, twins: bool) -> torch.Tensor:
+    """:attr:`Twins.successors` of a merge that keeps the centres ``keep`` (a mask) and
+    gives each a new twin: a kept centre and its twin stay with it, a merged one goes to
+    row 0 (any row is a valid start for the neighbour lists, only a slower one)."""
+    rank = torch.cumsum(keep.long(), 0) - 1
+    rank[~keep] = 0
+    if not twins:
+        return rank
+    twin = int(keep.sum()) + rank
+    twin[~keep] = 0
+    return torch.cat([rank, twin])
 
 
 def coincident_survivors(

@@ -350,6 +350,74 @@ def test_the_kernel_folds_twins_into_their_centres_nonzero_count() -> None:
     assert counts[1] < counts[0]
 
 
+def listed_rows(ws: Workspace) -> list[int]:
+    """The rows each of ``ws``'s entmax15 passes with neighbour lists served from them,
+    filled in as the passes run."""
+    served: list[int] = []
+    record = ws._soft_neighbour_use.record
+
+    def counted(k: int, rows: int, decided: int, scanned: int, made: int) -> None:
+        served.append(decided)
+        record(k, rows, decided, scanned, made=made)
+
+    ws._soft_neighbour_use.record = counted  # type: ignore[method-assign]
+    return served
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_entmax15_passes_from_neighbour_lists_are_those_of_every_centre(
+    dtype: torch.dtype,
+) -> None:
+    """Soft passes whose rows take their candidates from their last centre's neighbour
+    list give the labels, distances, sums and statistics of passes that scan every
+    centre, bit for bit, through cooling temperatures and moving centres with twins; and
+    the lists serve most rows once the map is nearly hard."""
+    gen = torch.Generator().manual_seed(6)
+    X = (torch.randn(20_000, 3, generator=gen, dtype=torch.float64) ** 3).to(dtype)
+    k = 400
+    C = X[:k] + 0.01 * torch.randn(k, 3, generator=gen, dtype=torch.float64).to(dtype)
+    runs = {}
+    for lists in (True, False):
+        ws = Workspace(X, None, k, 2048)
+        served = listed_rows(ws)
+        if not lists:
+            ws._soft_neighbour_use._skip = 10**9
+        seen, centres = [], C.clone()
+        for sigma in (1.0, 0.1, 1e-2, 1e-3, 1e-4, 1e-5):
+            num, den, stats = ws.step(centres, sigma, "entmax15", need_spread=True, twins_from=200)
+            seen.append((num, den, stats, ws.labels.clone(), ws.min_dist.clone()))
+            centres, _ = ws.update(centres, num, den, reseed=False)
+        runs[lists] = (seen, served)
+    (listed, served), (scanned, none) = runs[True], runs[False]
+    assert none == [] and served[-1] > 0.9 * X.shape[0]
+    for one, other in zip(listed, scanned, strict=True):
+        (num, den, stats, labels, dist), (num2, den2, stats2, labels2, dist2) = one, other
+        for a, b in ((num, num2), (den, den2), (labels, labels2), (dist, dist2)):
+            assert torch.equal(a, b)
+        assert torch.equal(stats.spread, stats2.spread)
+        assert (stats.objective, stats.inertia, stats.mean_nnz, stats.n_soft) == (
+            stats2.objective,
+            stats2.inertia,
+            stats2.mean_nnz,
+            stats2.n_soft,
+        )
+        assert (stats.soft_weight, stats.shared_weight) == (
+            stats2.soft_weight,
+            stats2.shared_weight,
+        )
+
+
+def test_labels_follow_their_centres() -> None:
+    X = data()
+    ws = Workspace(X, None, 3, 64)
+    ws.labels.copy_(torch.arange(X.shape[0]) % 4)
+    ws.follow(torch.tensor([2, 0, 0, 1]))
+    assert torch.equal(
+        ws.labels, torch.tensor([2, 0, 0, 1]).repeat(X.shape[0] // 4 + 1)[: X.shape[0]]
+    )
+
+
 # ------------------------------------------------------------------ blocks
 
 

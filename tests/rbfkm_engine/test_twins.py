@@ -16,6 +16,7 @@ from rbfkm_engine.temperature import critical_temperature, geometric_schedule
 from rbfkm_engine.twins import PERTURB, SPLIT, Twins, coincident_survivors
 
 from .conftest import blob_tensor
+from .test_trades import full_twins, two_close_and_one_wide
 
 
 def generator(seed: int = 0) -> torch.Generator:
@@ -260,3 +261,49 @@ def test_a_centre_without_mass_has_radius_zero_in_float32() -> None:
     radius2 = twins.radii(den, spread)
     assert radius2.tolist() == [1.0, 1.0, 0.0]
     assert coincident_survivors(C, radius2).tolist() == [True, False, True]
+
+
+def test_successors_follow_a_trade() -> None:
+    """The close pair merges into row 0 and the wide pair's twin takes the freed slot:
+    the dropped centre's rows go to the merged one, the split twin's to its new centre,
+    the other twins' to their centres' new twins."""
+    X = two_close_and_one_wide()
+    grown = full_twins(X, trade=True)
+    ws = Workspace(X, None, 3, chunk_size=64)
+    _, den, stats = ws.step(grown.stacked(), 0.05, "entmax15", need_spread=True, twins_from=3)
+    assert grown.after_temperature(grown.radii(den, stats.spread), den)
+    assert grown.successors is not None
+    assert grown.successors.tolist() == [0, 0, 1, 3, 3, 2]
+
+
+def test_successors_of_a_full_fit_that_does_not_trade_are_the_centres() -> None:
+    X = two_close_and_one_wide()
+    grown = full_twins(X, trade=False)
+    ws = Workspace(X, None, 3, chunk_size=64)
+    _, den, stats = ws.step(grown.stacked(), 0.05, "entmax15", need_spread=True, twins_from=3)
+    assert grown.after_temperature(grown.radii(den, stats.spread), den)
+    assert grown.twins is None and grown.successors is not None
+    assert grown.successors.tolist() == [0, 1, 2, 0, 1, 2]
+
+
+def test_successors_follow_a_split_into_a_free_slot() -> None:
+    """Centre 1's twin moved off and becomes centre 2; centre 0's collapsed twin stays
+    its twin (row 3 of the new stacking)."""
+    C = torch.tensor([[0.0, 0.0], [10.0, 0.0]])
+    grown = Twins(C[:1], 4, generator())
+    grown.centres = C.clone()
+    grown.twins = C + torch.tensor([[1e-3, 0.0], [3.0, 0.0]])
+    assert grown.after_temperature(torch.ones(2))
+    assert grown.centres.shape[0] == 3 and grown.successors is not None
+    assert grown.successors.tolist() == [0, 1, 3, 2]
+
+
+def test_successors_follow_a_merge() -> None:
+    """Centre 1 fell onto centre 0: its rows and its twin's go to row 0, a valid start."""
+    C = torch.tensor([[0.0, 0.0], [1e-4, 0.0], [10.0, 0.0]])
+    grown = Twins(C[:1], 3, generator())
+    grown.centres = C.clone()
+    grown.twins = C + 0.5
+    assert grown.after_temperature(torch.ones(3))
+    assert grown.centres.shape[0] == 2 and grown.successors is not None
+    assert grown.successors.tolist() == [0, 0, 1, 2, 0, 3]
