@@ -12,13 +12,13 @@ and colder temperatures would only repeat Lloyd at the price of a soft pass each
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .context import FitContext
 from .progress import IterationStats, record
-from .temperature import collapsed_objective
+from .temperature import CELL_RATIO, collapsed_objective
 from .twins import Twins
 
 #: Annealing hands over to Lloyd once at most this fraction of the points (by weight) is
@@ -39,6 +39,9 @@ class Schedule:
     #: A grown fit anneals to up to this many times ``k`` centres (see
     #: :mod:`~rbfkm_engine.overshoot`).
     overshoot: float = 1.0
+    #: Temperatures past the last one that a fit goes on through while its cells are
+    #: still hot (:func:`~rbfkm_engine.temperature.colder_temperatures`).
+    colder: list[float] = field(default_factory=list)
 
 
 class _Fixed:
@@ -71,7 +74,7 @@ def anneal(
     hottest temperatures, where its offset is far below the radius, by the linearised map;
     their ``history`` records hold the collapsed state's statistics and 0 iterations.
     """
-    temperatures = schedule.temperatures
+    temperatures = schedule.temperatures + schedule.colder
     state = centres if isinstance(centres, Twins) else _Fixed(centres)
     sigma_reached = temperatures[0] if temperatures else 0.0
     start = 0
@@ -85,7 +88,7 @@ def anneal(
     for t, sigma in enumerate(temperatures[start:], start):
         if ctx.budget.n_iter >= schedule.budget_iter or ctx.budget.stopped:
             break
-        stats, den, iters = _iterate_at(ctx, schedule, state, t, warm)
+        stats, den, iters = _iterate_at(ctx, schedule, temperatures, state, t, warm)
         sigma_reached = sigma
         record(ctx.history, sigma, stats, iters)
         warm = True
@@ -106,7 +109,7 @@ def anneal(
             stats.mean_nnz,
             stats.n_soft,
         )
-        if _nearly_hard(ctx, state, stats):
+        if _nearly_hard(ctx, state, stats) or _cold(ctx, schedule, t, stats):
             break
     C = state.centres
     k = ctx.passes.k
@@ -127,6 +130,17 @@ def _nearly_hard(ctx: FitContext, state: Twins | _Fixed, stats: IterationStats) 
         return False
     weight = stats.soft_weight if state.twins is None else stats.shared_weight
     return weight <= SOFT_FRACTION_STOP * ws.total_weight
+
+
+def _cold(ctx: FitContext, schedule: Schedule, t: int, stats: IterationStats) -> bool:
+    """Whether annealing ends after the ``t``-th temperature as the schedule's floor or
+    below it: there, once the temperature is at most ``CELL_RATIO`` of the cells' mean
+    squared radius (the last pass's inertia per weight), or without colder temperatures
+    to go on to (the loop then ends by itself)."""
+    if t < len(schedule.temperatures) - 1 or not schedule.colder:
+        return False
+    sigma = (schedule.temperatures + schedule.colder)[t]
+    return sigma <= CELL_RATIO * stats.inertia / ctx.passes.total_weight
 
 
 def _launch(
@@ -161,15 +175,22 @@ def _launch(
 
 
 def _iterate_at(
-    ctx: FitContext, schedule: Schedule, state: Twins | _Fixed, t: int, warm: bool
+    ctx: FitContext,
+    schedule: Schedule,
+    temperatures: list[float],
+    state: Twins | _Fixed,
+    t: int,
+    warm: bool,
 ) -> tuple[IterationStats, torch.Tensor, int]:
-    """Fixed-point iterations at the ``t``-th temperature until the centres move less than
-    ``tol`` or its share of the budget is spent. Returns the last pass's statistics and
-    masses, and the number of iterations."""
+    """Fixed-point iterations at the ``t``-th of ``temperatures`` (the schedule's, then
+    its colder ones) until the centres move less than ``tol`` or its share of the budget
+    is spent. Returns the last pass's statistics and masses, and the number of
+    iterations."""
     budget, ws = ctx.budget, ctx.passes
-    sigma, length = schedule.temperatures[t], len(schedule.temperatures)
+    sigma, length = temperatures[t], len(schedule.temperatures)
     spare = schedule.budget_iter - budget.n_iter
-    cap = min(schedule.iterations_per_sigma, max(2, math.ceil(2 * spare / (length - t))))
+    left = max(1, length - t)  # the colder temperatures share what the schedule left
+    cap = min(schedule.iterations_per_sigma, max(2, math.ceil(2 * spare / left)))
     grown = isinstance(state, Twins)
     iters = 0
     while iters < cap and budget.n_iter < schedule.budget_iter:
@@ -186,7 +207,7 @@ def _iterate_at(
         shift = float(((full_new - full) ** 2).sum())
         state.unstack(full_new)
         iters += 1
-        fraction = (1.0 - LLOYD_SHARE) * (t + min(1.0, iters / cap)) / length
+        fraction = (1.0 - LLOYD_SHARE) * min(1.0, (t + min(1.0, iters / cap)) / length)
         budget.tick(sigma, stats.objective, fraction, "anneal")
         if budget.stopped or shift <= ctx.tol:
             break

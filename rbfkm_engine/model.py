@@ -53,6 +53,7 @@ from .progress import Budget, Callback, Interrupt, StopCheck, interrupter
 from .reducer import LOCAL, Reducer
 from .solver import AutoK, SolverResult, annealing_budget, solve
 from .temperature import (
+    colder_temperatures,
     iterations_per_temperature,
     schedule_for,
 )
@@ -102,8 +103,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         centres are grown by splitting (a centre and its twin, the default), ``m = k``
         when annealing starts from an ``init`` array.
     sigma_min : float or "auto", default="auto"
-        Last temperature; ``"auto"``: ``1e-4 x 2 lambda_max``. Annealing also stops once
-        almost every point is hard (exactly, for entmax15).
+        Last temperature; ``"auto"``: ``1e-4 x 2 lambda_max``, or lower while the
+        temperature there is above a quarter of the cells' mean squared radius (many
+        centres: docs/algorithm.md, "Schedule"). Annealing also stops once almost every
+        point is hard (exactly, for entmax15).
     cooling : float, default=0.8
         Geometric rate ``sigma <- cooling * sigma``, in (0, 1). Each temperature gets up
         to ``ceil(log(cooling) / log(0.8))`` fixed-point iterations (1 at the default),
@@ -452,12 +455,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         grow = bool(temperatures) and self._grows_centres()
         if not grow:
             cov = None  # only a grown fit's first twin uses the covariance
+        budget = annealing_budget(int(self.max_iter))
         schedule = Schedule(
             temperatures,
             self.assignment,
             iterations_per_temperature(float(self.cooling)),
-            annealing_budget(int(self.max_iter)),
+            budget,
             float(self.overshoot),
+            colder_temperatures(params, temperatures, budget),
         )
         with BlockPool(cpu_threads(Xt.device)) as pool:
             chunk = self._chunk(Xt, k)

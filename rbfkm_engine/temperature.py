@@ -51,8 +51,16 @@ from .reducer import LOCAL, Reducer
 
 #: ``sigma0="auto"`` starts this far above the critical temperature.
 SIGMA0_MARGIN = 1.1
-#: ``sigma_min="auto"`` is this fraction of the softmax critical temperature.
+#: ``sigma_min="auto"`` is this fraction of the softmax critical temperature ...
 SIGMA_MIN_RATIO = 1e-4
+#: ... unless the cells are still hot there: the temperature is above this fraction of
+#: their mean squared radius, the inertia per weight. The critical temperature is the
+#: data's scale, the cells' is that over ``k^(2/d)`` or so, and at many centres a floor
+#: fixed in the first ends the annealing while most points are soft (see
+#: :func:`colder_temperatures`).
+CELL_RATIO = 0.25
+#: How far below ``sigma_min="auto"`` a fit whose cells are still hot may go on cooling.
+COLD_EXTENSION = 1e-4
 #: Annealing spends enough fixed-point iterations per temperature that the temperature
 #: falls by at most this factor per iteration (see :func:`iterations_per_temperature`).
 COOLING_PER_ITERATION = 0.8
@@ -160,6 +168,20 @@ def geometric_schedule(
     schedule = [sigma0 * cooling**t for t in range(steps)]
     schedule.append(sigma_min)
     return schedule
+
+
+def colder_temperatures(
+    params: Mapping[str, Any], temperatures: list[float], max_length: int
+) -> list[float]:
+    """The temperatures below ``sigma_min="auto"`` a fit goes on through while its cells
+    are still hot (:data:`CELL_RATIO`; the annealing loop checks after each): the same
+    cooling from the floor down to :data:`COLD_EXTENSION` times it, at most ``max_length``
+    of them. None for an explicit ``sigma_min``, which is where annealing ends."""
+    if params["sigma_min"] != "auto" or not temperatures:
+        return []
+    cooling, floor = float(params["cooling"]), temperatures[-1]
+    below = geometric_schedule(floor, floor * COLD_EXTENSION, cooling, max_length + 1)
+    return below[1:]
 
 
 def schedule_for(

@@ -16,6 +16,7 @@ from rbfkm_engine.passes import Workspace
 from rbfkm_engine.progress import Budget, FitProgress, IterationStats
 from rbfkm_engine.solver import annealing_budget
 from rbfkm_engine.temperature import (
+    CELL_RATIO,
     critical_temperature,
     geometric_schedule,
     iterations_per_temperature,
@@ -192,3 +193,54 @@ def test_the_first_twin_skips_the_hottest_temperatures_with_the_covariance() -> 
     inertia = float(cov.trace()) * X.shape[0]
     assert all(record["inertia"] == pytest.approx(inertia) for record in skipped)
     assert sorted(closest_centres(C, X)) == [0, 1, 2]
+
+
+def square_and_grid() -> tuple[torch.Tensor, torch.Tensor]:
+    """A continuum (the unit square, uniform) and a 4 x 4 grid of centres on it."""
+    X = torch.rand(2000, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ticks = (torch.arange(4, dtype=torch.float64) + 0.5) / 4
+    return X, torch.cartesian_prod(ticks, ticks)
+
+
+def hot_cells_schedule(X: torch.Tensor, C: torch.Tensor, floor_over_cells: float) -> Schedule:
+    """A schedule for the centres ``C`` ending ``floor_over_cells`` times their cells'
+    mean squared radius, with colder temperatures below."""
+    cells = float(torch.cdist(X, C).min(dim=1).values.square().mean())
+    floor = floor_over_cells * cells
+    temperatures = geometric_schedule(4 * floor, floor, 0.8)
+    colder = geometric_schedule(floor, floor * 1e-4, 0.8)[1:]
+    budget = annealing_budget(300)
+    return Schedule(temperatures, "entmax15", 1, budget, 1.0, colder)
+
+
+def annealed_grid(
+    X: torch.Tensor, C0: torch.Tensor, floor_over_cells: float
+) -> tuple[FitContext, Schedule]:
+    """The grid annealed on the square over :func:`hot_cells_schedule`."""
+    ctx = FitContext(
+        RecordingWorkspace(X, None, 16, 64), Budget(300), 1e-10, torch.Generator().manual_seed(0)
+    )
+    plan = hot_cells_schedule(X, C0, floor_over_cells)
+    anneal(ctx, plan, C0)
+    return ctx, plan
+
+
+def test_annealing_goes_on_below_the_floor_while_the_cells_are_hot() -> None:
+    """Past a floor at twice the cells' mean squared radius the annealing goes on until
+    the temperature is at most CELL_RATIO of it (or almost every point is hard)."""
+    X, C0 = square_and_grid()
+    ctx, plan = annealed_grid(X, C0, 2.0)
+    visited = [record["sigma"] for record in ctx.history]
+    assert visited[: len(plan.temperatures)] == plan.temperatures
+    assert len(visited) > len(plan.temperatures)  # went on below the floor
+    cold = [r["sigma"] <= CELL_RATIO * r["inertia"] / X.shape[0] for r in ctx.history]
+    last = ctx.passes.passes[-1]
+    assert cold[-1] or last["soft_weight"] <= SOFT_FRACTION_STOP * X.shape[0]
+    assert not any(cold[len(plan.temperatures) - 1 : -1])
+
+
+def test_annealing_ends_at_the_floor_where_the_cells_are_cold() -> None:
+    X, C0 = square_and_grid()
+    ctx, plan = annealed_grid(X, C0, 0.1)
+    visited = [record["sigma"] for record in ctx.history]
+    assert visited == plan.temperatures

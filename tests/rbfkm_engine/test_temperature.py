@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 from rbfkm_engine.assign import responsibilities
 from rbfkm_engine.moments import largest_eigenvalue, weighted_covariance
 from rbfkm_engine.temperature import (
+    COLD_EXTENSION,
+    colder_temperatures,
     collapsed_objective,
     critical_temperature,
     geometric_schedule,
@@ -233,3 +236,16 @@ def test_iterations_per_temperature_rejects_bad_cooling(cooling: float) -> None:
 def test_schedule_rejects_nonpositive_temperatures(sigma0: float, sigma_min: float) -> None:
     with pytest.raises(ValueError, match="sigma"):
         geometric_schedule(sigma0, sigma_min, 0.5)
+
+
+def test_colder_temperatures_go_on_from_an_automatic_floor() -> None:
+    schedule = geometric_schedule(1.0, 1e-3, 0.5)
+    params = {"sigma_min": "auto", "cooling": 0.5}
+    below = colder_temperatures(params, schedule, max_length=100)
+    assert below[0] == pytest.approx(0.5 * schedule[-1])
+    assert all(b == pytest.approx(0.5 * a) for a, b in pairwise(below[:-1]))
+    assert below[-1] == pytest.approx(COLD_EXTENSION * schedule[-1])
+    assert len(colder_temperatures(params, schedule, max_length=5)) == 5
+    # An explicit floor is where annealing ends; no temperatures, nothing below them.
+    assert colder_temperatures({"sigma_min": 1e-3, "cooling": 0.5}, schedule, 100) == []
+    assert colder_temperatures(params, [], 100) == []
