@@ -324,19 +324,70 @@ def coincident_survivors(
     Radii have a floor relative to the typical one: a cluster of coincident points has
     radius 0, and two centres on it are duplicates up to rounding.
 
-    The ``m x m`` distances are formed a block of rows at a time (about
+    Up to ``sqrt(MERGE_BLOCK_ENTRIES)`` centres the ``m x m`` distances are formed at once.
+    Beyond, the pairs close enough to test come from a sweep along the centres' widest
+    coordinate (:func:`_sweep_pairs`), where there are at most ``MERGE_BLOCK_ENTRIES`` of
+    them, else from the whole matrix a block of rows at a time (about
     ``MERGE_BLOCK_ENTRIES`` at once, each row against the centres after it: at
     ``m = 200 000`` the whole matrix would be 320 GB), with ``check`` (the fit's stop
-    check) before each block. Up to ``sqrt(MERGE_BLOCK_ENTRIES)`` centres that is one
-    block, the whole matrix as before; beyond, the pairs are visited in the order the
-    whole matrix would give them (a GEMM of fewer rows may round a distance differently
-    in its last bit, which decides a merge only for a pair exactly at the limit).
+    check) before each block. Either way the pairs are visited in the order the whole
+    matrix would give them (a distance of another computation may round differently in
+    its last bit, which decides a merge only for a pair exactly at the limit).
     """
     m = C.shape[0]
     if m < 2:
         return None
     C64 = C.double()
     radius2 = radius2.double().clamp_min(1e-8 * float(radius2.double().mean()))
+    pairs = _sweep_pairs(C64, radius2) if m * m > MERGE_BLOCK_ENTRIES else None
+    if pairs is None:
+        return _blocked_survivors(C64, radius2, check)
+    if check is not None:
+        check()
+    i, j = pairs
+    d2 = (C64[i] - C64[j]).square_().sum(dim=1)
+    close = d2 < SPLIT**2 * torch.minimum(radius2[i], radius2[j])
+    if not bool(close.any()):
+        return None
+    keep = torch.ones(m, dtype=torch.bool, device=C.device)
+    for a, b in zip(i[close].tolist(), j[close].tolist(), strict=True):
+        if keep[a]:
+            keep[b] = False
+    return keep
+
+
+def _sweep_pairs(
+    C64: torch.Tensor, radius2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Every pair ``i < j`` of centres that may be closer than ``SPLIT`` times the smaller
+    radius, in the whole matrix's order, or ``None`` where there are more than
+    ``MERGE_BLOCK_ENTRIES`` candidates. A pair that close is as close along any one
+    coordinate, so after sorting the centres along their widest one each need only be
+    paired with those after it within ``SPLIT`` times its own radius there."""
+    m = C64.shape[0]
+    axis = int(C64.var(dim=0).argmax())
+    coordinate, order = torch.sort(C64[:, axis], stable=True)
+    reach = SPLIT * radius2[order].sqrt() * (1 + 1e-9) + 1e-300
+    ends = torch.searchsorted(coordinate, coordinate + reach, right=True)
+    counts = ends - torch.arange(1, m + 1, device=C64.device)
+    counts.clamp_(min=0)
+    total = int(counts.sum())
+    if total > MERGE_BLOCK_ENTRIES:
+        return None
+    first = torch.repeat_interleave(torch.arange(m, device=C64.device), counts)
+    starts = torch.cumsum(counts, 0) - counts
+    second = first + 1 + torch.arange(total, device=C64.device) - starts[first]
+    a, b = order[first], order[second]
+    i, j = torch.minimum(a, b), torch.maximum(a, b)
+    ranked = torch.argsort(i * m + j)
+    return i[ranked], j[ranked]
+
+
+def _blocked_survivors(
+    C64: torch.Tensor, radius2: torch.Tensor, check: Interrupt | None
+) -> torch.Tensor | None:
+    """:func:`coincident_survivors` from the whole matrix of distances, by blocks."""
+    m = C64.shape[0]
     # cdist's own choice for the whole matrix, kept for every block: the same distances.
     mode = "use_mm_for_euclid_dist" if m > 25 else "donot_use_mm_for_euclid_dist"
     rows = max(1, MERGE_BLOCK_ENTRIES // m)
@@ -351,7 +402,7 @@ def coincident_survivors(
         if not bool(close.any()):
             continue
         if keep is None:
-            keep = torch.ones(m, dtype=torch.bool, device=C.device)
+            keep = torch.ones(m, dtype=torch.bool, device=C64.device)
         for i, j in close.nonzero().tolist():
             if keep[start + i]:
                 keep[start + j] = False

@@ -237,6 +237,7 @@ def test_coincident_survivors_by_blocks_keeps_the_same_centres(
     radius2 = torch.rand(C.shape[0], generator=gen, dtype=torch.float64) * 0.05
     whole = coincident_survivors(C, radius2)
     monkeypatch.setattr(twins, "MERGE_BLOCK_ENTRIES", 7 * C.shape[0])
+    monkeypatch.setattr(twins, "_sweep_pairs", lambda *args: None)  # too many pairs
     calls: list[int] = []
     blocked = coincident_survivors(C, radius2, check=lambda: calls.append(1))
     assert whole is not None and blocked is not None
@@ -248,6 +249,30 @@ def test_coincident_survivors_by_blocks_keeps_the_same_centres(
 
     with pytest.raises(FitInterrupted):
         coincident_survivors(C, radius2, check=stop)
+
+
+@pytest.mark.parametrize(("m", "d"), [(3000, 2), (2100, 3), (2500, 8), (2200, 40)])
+def test_coincident_survivors_from_a_sweep_are_those_of_the_whole_matrix(
+    m: int, d: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond one block the pairs to test come from a sweep along the widest coordinate:
+    the same centres kept as from every pair (chains of merges among near-duplicates),
+    and the blocks again where the sweep finds too many candidates."""
+    gen = torch.Generator().manual_seed(m)
+    C = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    C = torch.cat([C, C[: m // 3] + 1e-3 * torch.randn(m // 3, d, generator=gen, dtype=C.dtype)])
+    radius2 = torch.rand(C.shape[0], generator=gen, dtype=torch.float64) * 0.1
+    assert C.shape[0] ** 2 > twins.MERGE_BLOCK_ENTRIES  # the sweep's side
+    swept = coincident_survivors(C, radius2)
+    floored = radius2.clamp_min(1e-8 * float(radius2.mean()))
+    whole = twins._blocked_survivors(C, floored, None)
+    assert swept is not None and whole is not None and int((~swept).sum()) > m // 10
+    assert torch.equal(swept, whole)
+    monkeypatch.setattr(twins, "MERGE_BLOCK_ENTRIES", C.shape[0] + 1)
+    assert twins._sweep_pairs(C, floored) is None
+    calls: list[int] = []
+    again = coincident_survivors(C, radius2, check=lambda: calls.append(1))
+    assert again is not None and torch.equal(again, whole) and len(calls) > 1
 
 
 def test_a_centre_without_mass_has_radius_zero_in_float32() -> None:
