@@ -23,8 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.spatial import cKDTree
 
 from .progress import Interrupt
+
+#: Beyond one block of pairwise distances, means of at most this many features find
+#: their nearest from a k-d tree (about ``m log m`` work, not ``m^2``); in more features a
+#: tree's searches visit most of it and the blocks cost less.
+TREE_MAX_FEATURES = 16
 
 
 @dataclass(frozen=True)
@@ -84,12 +90,17 @@ def nearest_means(
     """Each mean's nearest other mean and the squared distance to it, a block of rows
     at a time (about ``block_entries`` distances, two such arrays at once: the budget
     of the merge test's blocks, ``twins.MERGE_BLOCK_ENTRIES``), with ``check`` (the
-    fit's stop check) before each block."""
+    fit's stop check) before each block; beyond one block, in at most
+    :data:`TREE_MAX_FEATURES` features, from a k-d tree (:func:`_tree_nearest`)."""
     m = mean.shape[0]
     nearest = np.zeros(m, dtype=np.int64)
     d2 = np.full(m, np.inf)
     if m < 2:
         return nearest, d2
+    if m * m > block_entries and mean.shape[1] <= TREE_MAX_FEATURES:
+        if check is not None:
+            check()
+        return _tree_nearest(mean)
     norms = (mean * mean).sum(axis=1)
     rows = max(1, block_entries // m)
     for start in range(0, m, rows):
@@ -105,6 +116,16 @@ def nearest_means(
         nearest[start:stop] = block.argmin(axis=1)
         d2[start:stop] = np.maximum(block[own - start, nearest[start:stop]], 0.0)
     return nearest, d2
+
+
+def _tree_nearest(mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`nearest_means` from a k-d tree of the means: each one's two nearest, itself
+    and the other (either first where another mean coincides with it; of means equally
+    near, any may come back, where the blocks give the lowest index)."""
+    distance, index = cKDTree(mean).query(mean, k=2)
+    own = index[:, 0] == np.arange(mean.shape[0])
+    nearest = np.where(own, index[:, 1], index[:, 0]).astype(np.int64)
+    return nearest, np.where(own, distance[:, 1], distance[:, 0]) ** 2
 
 
 def merge_costs(

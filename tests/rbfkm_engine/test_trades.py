@@ -9,6 +9,7 @@ import torch
 
 from rbfkm_engine.passes import Workspace
 from rbfkm_engine.trades import (
+    TREE_MAX_FEATURES,
     Clusters,
     Trade,
     matched_trades,
@@ -47,6 +48,26 @@ def test_nearest_means_and_merge_costs_match_brute_force(block_entries: int) -> 
     np.testing.assert_allclose(cost, mass * other / (mass + other) * d2.min(axis=1), rtol=1e-12)
     one, inf = nearest_means(mean[:1], block_entries)
     assert one.tolist() == [0] and inf.tolist() == [np.inf]
+
+
+@pytest.mark.parametrize("d", (2, 3, 16, 17))
+def test_nearest_means_beyond_one_block_match_brute_force(d: int) -> None:
+    """Past one block (a k-d tree up to TREE_MAX_FEATURES features, blocks beyond):
+    the nearest other mean and its squared distance, duplicates included."""
+    rng = np.random.default_rng(d)
+    mean = rng.normal(size=(600, d))
+    mean[500:510] = mean[:10]  # coincident means: each other's nearest, at 0
+    d2 = ((mean[:, None, :] - mean[None, :, :]) ** 2).sum(axis=2)
+    np.fill_diagonal(d2, np.inf)
+    calls: list[int] = []
+    nearest, dist = nearest_means(mean, 600 * 50, check=lambda: calls.append(1))
+    rows = np.arange(600)
+    assert (nearest != rows).all()
+    # Of two means equally near (a coincident pair seen from elsewhere), either.
+    np.testing.assert_allclose(d2[rows, nearest], d2.min(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(dist, d2.min(axis=1), rtol=1e-9, atol=1e-12)
+    assert nearest[:10].tolist() == list(range(500, 510))
+    assert len(calls) == (1 if d <= TREE_MAX_FEATURES else 12)
 
 
 def test_matched_trades_pair_the_largest_gains_with_the_cheapest_merges() -> None:
