@@ -109,7 +109,7 @@ def anneal(
             stats.mean_nnz,
             stats.n_soft,
         )
-        if _nearly_hard(ctx, state, stats) or _cold(ctx, schedule, t, stats):
+        if _nearly_hard(ctx, state, stats) or _cold(ctx, schedule, t, sigma, stats):
             break
     C = state.centres
     k = ctx.passes.k
@@ -132,14 +132,13 @@ def _nearly_hard(ctx: FitContext, state: Twins | _Fixed, stats: IterationStats) 
     return weight <= SOFT_FRACTION_STOP * ws.total_weight
 
 
-def _cold(ctx: FitContext, schedule: Schedule, t: int, stats: IterationStats) -> bool:
-    """Whether annealing ends after the ``t``-th temperature as the schedule's floor or
-    below it: there, once the temperature is at most ``CELL_RATIO`` of the cells' mean
-    squared radius (the last pass's inertia per weight), or without colder temperatures
-    to go on to (the loop then ends by itself)."""
+def _cold(ctx: FitContext, schedule: Schedule, t: int, sigma: float, stats: IterationStats) -> bool:
+    """Whether annealing ends after the ``t``-th temperature, ``sigma``, at the schedule's
+    floor or below it: there, once ``sigma`` is at most ``CELL_RATIO`` of the cells' mean
+    squared radius (the last pass's inertia per weight). Without colder temperatures to
+    go on to, the loop ends at the floor by itself."""
     if t < len(schedule.temperatures) - 1 or not schedule.colder:
         return False
-    sigma = (schedule.temperatures + schedule.colder)[t]
     return sigma <= CELL_RATIO * stats.inertia / ctx.passes.total_weight
 
 
