@@ -49,7 +49,7 @@
     typedef T V __attribute__((vector_size(sizeof(T) * LANES)));                               \
     typedef I V##_index __attribute__((vector_size(sizeof(T) * LANES)));                       \
                                                                                                \
-    /* The least lane of v, and of an index vector: a tree of minima, so the LANES - 1        \
+    /* The least lane of v, and of an index vector: a tree of minima, so the LANES - 1         \
      * comparisons wait on each other log2(LANES) deep, not LANES - 1. */                      \
     static inline T hmin_##SUFFIX(V v) {                                                       \
         for (int half = LANES / 2; half > 0; half /= 2)                                        \
@@ -131,8 +131,8 @@
         *at = (V##_index){0};                                                                  \
     }                                                                                          \
                                                                                                \
-    /* The ROWS row pointers of the group from row i of X, rows of them real (a block's last  \
-     * group repeats its last row in the rest: its results are not written). */               \
+    /* The ROWS row pointers of the group from row i of X, rows of them real (a block's last   \
+     * group repeats its last row in the rest: its results are not written). */                \
     static inline void row_group_##SUFFIX(const T *X, int64_t d, int64_t i, int rows,          \
                                           const T *xs[ROWS]) {                                 \
         for (int r = 0; r < ROWS; r++) xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;        \
@@ -375,11 +375,11 @@
         return total;                                                                          \
     }                                                                                          \
                                                                                                \
-    /* Row i's lower bound moved by the centres' drift: every other centre moved at most     \
+    /* Row i's lower bound moved by the centres' drift: every other centre moved at most       \
      * others[a] (a: its old centre); with neighbour lists, those in a's list at most near[a]  \
      * and those left out are at least tail[a] - u from the row (u: a bound on its distance    \
-     * to c_a), which holds however far they moved. */                                        \
-    static inline T moved_lower_##SUFFIX(T lower, int64_t a, T u, const T *restrict others,   \
+     * to c_a), which holds however far they moved. */                                         \
+    static inline T moved_lower_##SUFFIX(T lower, int64_t a, T u, const T *restrict others,    \
                                          const T *restrict near, const T *restrict tail,       \
                                          int64_t width) {                                      \
         const T far = lower - others[a];                                                       \
@@ -440,7 +440,7 @@
         b->lower[i] = other - b->margin;                                                       \
     }                                                                                          \
                                                                                                \
-    /* The nearest centre (lab, its partial distance p) and the second-nearest partial        \
+    /* The nearest centre (lab, its partial distance p) and the second-nearest partial         \
      * distance p2 of up to ROWS rows (indices at), against every centre. */                   \
     static inline void nearest_of_##SUFFIX(const struct bounded_##SUFFIX *b,                   \
                                            const int64_t *at, int rows, int64_t lab[ROWS],     \
@@ -489,10 +489,10 @@
         return s;                                                                              \
     }                                                                                          \
                                                                                                \
-    /* Inserts centre c at v (four times its squared gap) into a list (o, g) that holds       \
+    /* Inserts centre c at v (four times its squared gap) into a list (o, g) that holds        \
      * *held of at most width, nearest first (an equal gap goes after: ties keep the lower     \
-     * index first when the centres come in order). */                                        \
-    static inline void keep_nearest_##SUFFIX(int32_t *restrict o, T *restrict g,              \
+     * index first when the centres come in order). */                                         \
+    static inline void keep_nearest_##SUFFIX(int32_t *restrict o, T *restrict g,               \
                                              int64_t *held, int64_t width, int64_t c, T v) {   \
         int64_t r = *held < width ? (*held)++ : width - 1;                                     \
         for (; r > 0 && g[r - 1] > v; r--) {                                                   \
@@ -640,6 +640,21 @@
         return s;                                                                              \
     }                                                                                          \
                                                                                                \
+    /* Row x's partial distances to the LANES centres of a neighbour list (its slice of        \
+     * centre_neighbours' nb, width entries) from position r0: a full scan's, bit for bit. */  \
+    static inline V list_partials_##SUFFIX(const T *restrict x, int64_t d,                     \
+                                           const T *restrict list, int64_t width,              \
+                                           int64_t r0) {                                       \
+        V s;                                                                                   \
+        memcpy(&s, list + r0, sizeof s);                                                       \
+        for (int64_t t = 0; t < d; t++) {                                                      \
+            V ct;                                                                              \
+            memcpy(&ct, list + (1 + t) * width + r0, sizeof ct);                               \
+            s += x[t] * ct;                                                                    \
+        }                                                                                      \
+        return s;                                                                              \
+    }                                                                                          \
+                                                                                               \
     /* At least the second smallest of own and the lanes' best and next (each lane's two       \
      * smallest), exactly that unless two lanes tie for the smallest best: where own is not    \
      * below the least best, the lanes holding it offer their next instead. */                 \
@@ -679,15 +694,9 @@
                 decided = 1;                                                                   \
                 break;                                                                         \
             }                                                                                  \
-            V s;                                                                               \
+            const V s = list_partials_##SUFFIX(x, d, list, width, r);                          \
             V##_index idx;                                                                     \
-            memcpy(&s, list + r, sizeof s);                                                    \
             for (int l = 0; l < LANES; l++) idx[l] = (I)order[r + l];                          \
-            for (int64_t t = 0; t < d; t++) {                                                  \
-                V ct;                                                                          \
-                memcpy(&ct, list + (1 + t) * width + r, sizeof ct);                            \
-                s += x[t] * ct;                                                                \
-            }                                                                                  \
             const V##_index lower_idx = (s < best) | ((s == best) & (idx < at));               \
             const V bigger = select_##SUFFIX(lower_idx, best, s);                              \
             next = select_##SUFFIX(bigger < next, bigger, next);                               \
@@ -752,7 +761,7 @@
      * and it decides (centre_neighbours: nb, order, gap, width; near: the farthest any        \
      * centre of each list moved, which with the lists' last gaps moves the lower bounds       \
      * less than others; counts, if not NULL, gets how many rows the lists decided and the     \
-     * candidates they computed), else against every centre, ROWS at a time in the rows'      \
+     * candidates they computed), else against every centre, ROWS at a time in the rows'       \
      * order. Returns the rows labelled again. */                                              \
     int64_t lloyd_bounded_##SUFFIX(const T *restrict X, int64_t m, int64_t d,                  \
                                    const T *restrict x_sq, const T *restrict CT,               \
@@ -796,7 +805,7 @@
         return relabelled;                                                                     \
     }                                                                                          \
                                                                                                \
-    /* Row i's nearest centre lab (partial distance p) and second-nearest partial distance    \
+    /* Row i's nearest centre lab (partial distance p) and second-nearest partial distance     \
      * p2, written as lloyd_block writes them with second (mode as finish_row's). */           \
     static inline void two_row_##SUFFIX(const struct bounded_##SUFFIX *b, int mode,            \
                                         T *restrict second, int64_t i, int64_t lab, T p, T p2, \
@@ -1313,7 +1322,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         const int32_t *order;                                                                  \
         int64_t width;                                                                         \
         T error;                                                                               \
-    } SoftLists_##SUFFIX;                                                                      \
+    } RowLists_##SUFFIX;                                                                       \
                                                                                                \
     /* A row's support from its partial distances p (kp columns, padding +inf): the columns    \
      * within 2 sigma of the least, dmin, in column order, their scores (clipped at -4: the    \
@@ -1349,7 +1358,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
      * sqrt(D_a + 2 sigma + 2 E), or left out (every such one is at least the last gap         \
      * away), is not among them. *own: the row's partial to c_a. */                            \
     static int64_t soft_reach_##SUFFIX(const SoftPass_##SUFFIX *s,                             \
-                                       const SoftLists_##SUFFIX *l, int64_t i, int64_t a,      \
+                                       const RowLists_##SUFFIX *l, int64_t i, int64_t a,       \
                                        T *own) {                                               \
         const T *x = s->X + i * s->d;                                                          \
         *own = partial_to_##SUFFIX(x, s->d, l->CT, l->c_sq, s->kp, a);                         \
@@ -1370,7 +1379,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
      * column lab, then the support insertion-sorted by column. Returns its size and adds      \
      * the candidates to *scanned. */                                                          \
     static int64_t listed_support_##SUFFIX(const SoftPass_##SUFFIX *s,                         \
-                                           const SoftLists_##SUFFIX *l, int64_t i, int64_t a,  \
+                                           const RowLists_##SUFFIX *l, int64_t i, int64_t a,   \
                                            T own, int64_t reach, T *cp, int64_t *cand,         \
                                            int64_t *lab, T *dmin, double *scanned) {           \
         const int64_t d = s->d, width = l->width;                                              \
@@ -1380,14 +1389,8 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         T best = own;                                                                          \
         cand[0] = a;                                                                           \
         cp[0] = own;                                                                           \
-        for (int64_t r0 = 0; r0 < reach; r0 += LANES) { /* partials as neighbour_scan's */     \
-            V v;                                                                               \
-            memcpy(&v, list + r0, sizeof v);                                                   \
-            for (int64_t t = 0; t < d; t++) {                                                  \
-                V ct;                                                                          \
-                memcpy(&ct, list + (1 + t) * width + r0, sizeof ct);                           \
-                v += x[t] * ct;                                                                \
-            }                                                                                  \
+        for (int64_t r0 = 0; r0 < reach; r0 += LANES) {                                        \
+            const V v = list_partials_##SUFFIX(x, d, list, width, r0);                         \
             const int64_t end = r0 + LANES < reach ? r0 + LANES : reach;                       \
             for (int64_t r = r0; r < end; r++) {                                               \
                 const int64_t j = order[r];                                                    \
@@ -1515,7 +1518,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
     /* The ROWS rows from i (rows of them real) on direct distances: those whose anchor's      \
      * list reaches their support (l not NULL) from it, the others from a scan of every        \
      * centre, computed together; each row's share added in row order. */                      \
-    static void soft_group_##SUFFIX(const SoftPass_##SUFFIX *s, const SoftLists_##SUFFIX *l,   \
+    static void soft_group_##SUFFIX(const SoftPass_##SUFFIX *s, const RowLists_##SUFFIX *l,    \
                                     const T *CT, const T *c_sq, int64_t i, int rows,           \
                                     T *part, T *cp, int64_t *cand) {                           \
         int64_t reach[ROWS], lab[ROWS];                                                        \
@@ -1561,7 +1564,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         const SoftPass_##SUFFIX s = {X, x_sq, w, d, k, kp, twins, sigma, labels,               \
                                      min_dist, num, den, spread, stats, z, z + kp,             \
                                      z + 2 * kp, z + 3 * kp, cols, mark};                      \
-        const SoftLists_##SUFFIX lists = {CT, c_sq, nb, gap, order, width, error};             \
+        const RowLists_##SUFFIX lists = {CT, c_sq, nb, gap, order, width, error};              \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
             if (!D) {                                                                          \
@@ -1588,9 +1591,13 @@ SOFT_PASS(double, vdouble, 4, f64)
  * direct partials (CT) or the block's GEMM (D, ldd), as lloyd_block's; mass (kp, padding
  * of any positive value). labels (m) are moved in place; returns how many moved. The
  * dense torch version makes several (m, k) temporaries; this is one sweep of each row.
- * Scratch: hartigan_scratch(kp) values of T. */
+ * With neighbour lists at the means (nb, order, gap, width as centre_neighbours makes
+ * them; direct partials only; least > 0, the least mass) a row takes its candidates from
+ * its cluster's list where that shows no other can score lower (listed_join), the same
+ * decision as the sweep of every mean; counts (or NULL) gets the rows the lists decided and
+ * the candidates they computed. Scratch: hartigan_scratch(kp) values of T. */
 #define HARTIGAN_BATCH(T, V, I, LANES, SUFFIX)                                                 \
-    /* Lanes idx of a row's join scores factor_j D_j, D = max(0, partial + x_sq), the own     \
+    /* Lanes idx of a row's join scores factor_j D_j, D = max(0, partial + x_sq), the own      \
      * cluster's lane at +inf, kept lane by lane (factor: from `factor` where given, else      \
      * M_j / (M_j + wi) from `mass`; col: the lanes' first column). */                         \
     static inline void keep_join_##SUFFIX(V partial, T x_sq, T wi, const T *restrict mass,     \
@@ -1606,7 +1613,7 @@ SOFT_PASS(double, vdouble, 4, f64)
                           best, at);                                                           \
     }                                                                                          \
                                                                                                \
-    /* The cluster j != lab minimising factor_j D_j (factor: M_j / (M_j + wi), given or       \
+    /* The cluster j != lab minimising factor_j D_j (factor: M_j / (M_j + wi), given or        \
      * made from mass), and that value in *join; D_lab in *own. */                             \
     static int64_t hartigan_join_##SUFFIX(const T *restrict p, int64_t kp, T x_sq, T wi,       \
                                           const T *restrict mass, const T *restrict factor,    \
@@ -1656,16 +1663,76 @@ SOFT_PASS(double, vdouble, 4, f64)
         for (int r = 0; r < ROWS; r++) to[r] = reduce_##SUFFIX(best[r], at[r], &join[r]);      \
     }                                                                                          \
                                                                                                \
+    /* Neighbour lists a batch takes a row's candidates from (centre_neighbours' at the        \
+     * means), the rounding error of a squared distance and the least mass of a cluster. */    \
+    typedef struct {                                                                           \
+        const T *nb, *gap;                                                                     \
+        const int32_t *order;                                                                  \
+        int64_t width;                                                                         \
+        T error, least;                                                                        \
+    } JoinLists_##SUFFIX;                                                                      \
+                                                                                               \
+    /* hartigan_join of row x (cluster lab, own its partial to lab's mean) from lab's list,    \
+     * where the list shows no cluster beyond the centres scanned scores below                 \
+     * min(best, limit) (a move needs a score below limit): a cluster at gap g from lab's      \
+     * mean is at least g - u from x (u bounds ||x - mean_lab||), so its score is at least     \
+     * factor_min ((g - u)^2 - E), factor_min = least / (least + wi). The candidates'          \
+     * partials are a full scan's (neighbour_scan's), their scores and the lowest index of     \
+     * the least are hartigan_join's. Returns the cluster the row moves to (*join its          \
+     * score), lab where it stays, or -1 where the list ends first. *scanned: the              \
+     * candidates computed. */                                                                 \
+    static int64_t listed_join_##SUFFIX(const T *restrict x, int64_t d, T x_sq, T wi,          \
+                                        const T *restrict mass, const T *restrict factor,      \
+                                        int64_t lab, T own, T limit,                           \
+                                        const JoinLists_##SUFFIX *l, T *join,                  \
+                                        int64_t *scanned) {                                    \
+        const int64_t width = l->width;                                                        \
+        const T *list = l->nb + lab * (d + 1) * width, *g = l->gap + lab * width;              \
+        const int32_t *order = l->order + lab * width;                                         \
+        const T slack = 1 + 16 * EPS_OF(T), shrink = 1 - (T)(d + 8) * EPS_OF(T);               \
+        T dist = own + x_sq;                                                                   \
+        dist = dist < (T)0 ? (T)0 : dist;                                                      \
+        const T u = ROOT(T, dist + l->error) * slack;                                          \
+        const T fmin = (l->least / (l->least + wi)) * (1 - 4 * EPS_OF(T));                     \
+        T best = (T)INFINITY;                                                                  \
+        int64_t at = -1;                                                                       \
+        for (int64_t r0 = 0; r0 <= width; r0 += LANES) {                                       \
+            const T reach = (r0 < width ? g[r0] : g[width - 1]) * shrink - u;                  \
+            const T floor = reach > 0 ? fmin * (reach * reach - l->error) : (T)0;              \
+            const T bar = best < limit ? best : limit;                                         \
+            if (floor > bar) return best < limit ? (*join = best, at) : lab;                   \
+            if (r0 == width) return -1;                                                        \
+            const V v = list_partials_##SUFFIX(x, d, list, width, r0);                         \
+            *scanned += LANES;                                                                 \
+            for (int64_t r = r0; r < r0 + LANES; r++) {                                        \
+                const int64_t j = order[r];                                                    \
+                if (j < 0) continue;                                                           \
+                T dj = v[r - r0] + x_sq;                                                       \
+                dj = dj < (T)0 ? (T)0 : dj;                                                    \
+                const T f = factor ? factor[j] : mass[j] / (mass[j] + wi);                     \
+                const T score = dj * f;                                                        \
+                if (score < best || (score == best && j < at)) {                               \
+                    best = score;                                                              \
+                    at = j;                                                                    \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        return -1;                                                                             \
+    }                                                                                          \
+                                                                                               \
     int64_t hartigan_batch_##SUFFIX(const T *X, int64_t m, int64_t d, const T *x_sq,           \
                                     const T *CT, const T *c_sq, int64_t kp, const T *D,        \
                                     int64_t ldd, const T *w, const T *mass, T keep,            \
-                                    int64_t *labels, T *scratch) {                             \
+                                    int64_t *labels, T *scratch, const T *nb,                  \
+                                    const int32_t *order, const T *gap, int64_t width,         \
+                                    T error, T least, int64_t *counts) {                       \
         T *factor = NULL;                                                                      \
         if (!w) { /* every weight 1: the factors once for the block */                         \
             factor = scratch;                                                                  \
             for (int64_t j = 0; j < kp; j++) factor[j] = mass[j] / (mass[j] + (T)1);           \
         }                                                                                      \
-        int64_t moved = 0;                                                                     \
+        const JoinLists_##SUFFIX lists = {nb, gap, order, width, error, least};                \
+        int64_t moved = 0, listed = 0, scanned = 0;                                            \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
             int64_t lab[ROWS], to[ROWS];                                                       \
@@ -1675,6 +1742,34 @@ SOFT_PASS(double, vdouble, 4, f64)
                 lab[r] = labels[row];                                                          \
                 xsq[r] = x_sq[row];                                                            \
                 wi[r] = w ? w[row] : (T)1;                                                     \
+            }                                                                                  \
+            int scans = rows;                                                                  \
+            if (nb && !D) { /* rows whose lists decide them; the others scan every mean */     \
+                scans = 0;                                                                     \
+                for (int r = 0; r < rows; r++) {                                               \
+                    const T *x = X + (i + r) * d;                                              \
+                    const T rest = mass[lab[r]] - wi[r];                                       \
+                    own[r] = partial_to_##SUFFIX(x, d, CT, c_sq, kp, lab[r]);                  \
+                    T d_own = own[r] + xsq[r];                                                 \
+                    d_own = d_own < (T)0 ? (T)0 : d_own;                                       \
+                    const T kept = rest > (T)1e-30 ? rest : (T)1e-30;                          \
+                    const T leave = d_own * mass[lab[r]] / kept;                               \
+                    to[r] = rest > (T)0 && wi[r] > (T)0                                        \
+                                ? listed_join_##SUFFIX(x, d, xsq[r], wi[r], mass, factor,      \
+                                                       lab[r], own[r], keep * leave, &lists,   \
+                                                       &join[r], &scanned)                     \
+                                : lab[r];                                                      \
+                    if (to[r] < 0) {                                                           \
+                        scans++;                                                               \
+                        continue;                                                              \
+                    }                                                                          \
+                    listed++;                                                                  \
+                    if (to[r] != lab[r]) {                                                     \
+                        labels[i + r] = to[r];                                                 \
+                        moved++;                                                               \
+                    }                                                                          \
+                }                                                                              \
+                if (!scans) continue;                                                          \
             }                                                                                  \
             if (!D) {                                                                          \
                 const T *xs[ROWS];                                                             \
@@ -1687,6 +1782,7 @@ SOFT_PASS(double, vdouble, 4, f64)
                                                    factor, lab[r], &join[r], &own[r]);         \
             }                                                                                  \
             for (int r = 0; r < rows; r++) {                                                   \
+                if (labels[i + r] != lab[r]) continue; /* moved from its list above */         \
                 const T rest = mass[lab[r]] - wi[r];                                           \
                 if (!(rest > (T)0) || !(wi[r] > (T)0)) continue;                               \
                 const T leave = own[r] * mass[lab[r]] / (rest > (T)1e-30 ? rest : (T)1e-30);   \
@@ -1695,6 +1791,10 @@ SOFT_PASS(double, vdouble, 4, f64)
                     moved++;                                                                   \
                 }                                                                              \
             }                                                                                  \
+        }                                                                                      \
+        if (counts) {                                                                          \
+            counts[0] = listed;                                                                \
+            counts[1] = scanned;                                                               \
         }                                                                                      \
         return moved;                                                                          \
     }

@@ -210,7 +210,8 @@ def library() -> ctypes.CDLL | None:
                 fn.restype, fn.argtypes = ctypes.c_double, [_P, _I, _I, _P]
                 fn = getattr(lib, f"hartigan_batch_{suffix}")
                 fn.restype = ctypes.c_int64
-                fn.argtypes = [*_ARGTYPES[:10], _P, _SCALAR[dtype], _P, _P]
+                fn.argtypes = [*_ARGTYPES[:10], _P, _SCALAR[dtype], *[_P] * 5, _I]
+                fn.argtypes += [_SCALAR[dtype], _SCALAR[dtype], _P]
                 fn = getattr(lib, f"cluster_halves_{suffix}")
                 fn.restype = None
                 fn.argtypes = [_P, _I, _I, _P, _P, _I, _P, _P, _I, _I, _I, *[_P] * 7]
@@ -352,9 +353,10 @@ class SoftMap:
 
 
 @dataclass(frozen=True)
-class SoftLists:
-    """Neighbour lists a soft pass takes its rows' candidates from, made at its centres,
-    and the rounding error of the rows' squared distances to them
+class RowLists:
+    """Neighbour lists a pass takes its rows' candidates from (an entmax15 pass, a batch
+    of Hartigan moves), made at its centres, and the rounding error of the rows' squared
+    distances to them
     (:func:`~rbfkm_engine.bounds.squared_rounding_error`)."""
 
     neighbours: Neighbours
@@ -503,7 +505,7 @@ class LloydKernel:
         D: torch.Tensor | None,
         soft: SoftMap,
         sums: SoftParts,
-        lists: SoftLists | None = None,
+        lists: RowLists | None = None,
     ) -> None:
         """One block of an entmax15 pass (``soft``: its temperature and the twins):
         ``labels`` and ``min_dist`` written, the block's responsibilities added to
@@ -736,21 +738,35 @@ class LloydKernel:
         D: torch.Tensor | None,
         mass: torch.Tensor,
         keep: float,
-    ) -> int:
+        lists: RowLists | None = None,
+        least: float = 0.0,
+    ) -> tuple[int, int, int]:
         """A batch of Hartigan moves over the block, all at the same means (as
         :func:`~rbfkm_engine.swaps.hartigan_targets` makes them, ``keep`` its ``1 -
         HARTIGAN_MIN_GAIN``): ``rows.labels`` moved in place; ``mass``: the clusters'
         weights, ``centres.width`` values (the padding any positive value). ``D``: as
-        :meth:`block`'s. Returns how many rows moved."""
+        :meth:`block`'s. ``lists`` (direct distances, made at the means; ``least``: the
+        least mass, above 0): a row takes its candidates from its cluster's list where
+        that decides its move, the same move. Returns how many rows moved, how many the
+        lists decided and the candidates they computed."""
         scratch = torch.empty(int(self._batch_scratch(centres.width)), dtype=rows.X.dtype)
+        counts = torch.zeros(2, dtype=torch.int64)
+        listed: tuple[int | float | None, ...] = (None, None, None, 0, 0.0, 0.0)
+        if lists is not None:
+            nb = lists.neighbours
+            assert centres.CT is not None and D is None and least > 0.0
+            order, gap, vectors = nb.pointers()
+            listed = (vectors, order, gap, nb.width, lists.error, least)
         moved = self._batch(
             *_block_args(rows, centres, D),
             mass.data_ptr(),
             keep,
             rows.labels.data_ptr(),
             scratch.data_ptr(),
+            *listed,
+            counts.data_ptr(),
         )
-        return int(moved)
+        return int(moved), int(counts[0]), int(counts[1])
 
     def cluster_halves(
         self,

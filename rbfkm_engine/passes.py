@@ -41,8 +41,8 @@ from .native import (
     LloydKernel,
     NeighbourMoves,
     Neighbours,
+    RowLists,
     Rows,
-    SoftLists,
     SoftMap,
     SoftParts,
     lloyd_kernel,
@@ -228,8 +228,10 @@ class Workspace:
         self._neighbour_last: ListTrace | None = None
         self._neighbours_made = 0
         self._neighbour_use = NeighbourUse()
-        # Whether entmax15 passes take their rows' candidates from neighbour lists.
+        # Whether entmax15 passes, and the local search's batches of Hartigan moves, take
+        # their rows' candidates from neighbour lists.
         self._soft_neighbour_use = NeighbourUse(doubling=False)
+        self.hartigan_neighbour_use = NeighbourUse()
         self._x_sq_max: float | None = None
         self._sum_sq: torch.Tensor | None = None
         # Per thread: the distance block and the argmin keys' block, reused by every pass
@@ -421,7 +423,7 @@ class Workspace:
         direct = kernel.direct(d) or self._small(k)
         centres = kernel.centres(C, width, direct=direct)
         c_sq = centres.c_sq[:k].unsqueeze(0)
-        lists = self._soft_lists(C, centres)
+        lists = self.row_lists(C, centres, self._soft_neighbour_use)
 
         def block(rows: slice) -> SoftParts:
             D = None if direct else self.padded_distances(rows, C, c_sq)
@@ -434,29 +436,34 @@ class Workspace:
         # the blocks are those of the passes without a distance block. They do not
         # depend on whether this pass takes lists, so neither do the sums.
         listable = direct and k >= NEIGHBOUR_MIN_K
-        rows = self._scan_block_rows(centres) if listable else None
+        rows = self.scan_block_rows(centres) if listable else None
         sums = _SoftSums.of_parts(self.map_blocks(block, rows), C)
         if lists is not None:
-            n, (decided, scanned) = self.X.shape[0], sums.listed
-            self._soft_neighbour_use.record(k, n, decided, scanned, made=self._neighbours_made)
+            self.lists_used(self._soft_neighbour_use, k, *sums.listed)
         return sums
 
-    def _soft_lists(self, C: torch.Tensor, centres: Centres) -> SoftLists | None:
-        """Neighbour lists for an entmax15 pass at ``C`` on direct distances (``None``:
-        every row scans every centre). A row takes its candidates from its last label's
-        list where the list reaches every centre within the map's ``2 sigma`` of the
-        nearest: at cold temperatures most rows, at hot ones few, and
-        :class:`NeighbourUse` stops making lists while they do not pay."""
+    def lists_used(self, use: NeighbourUse, k: int, decided: int, scanned: int) -> None:
+        """Note in ``use`` what a pass over every row at ``k`` centres got from the lists
+        :meth:`row_lists` made for it: the rows they decided and the candidates those
+        computed."""
+        use.record(k, self.X.shape[0], decided, scanned, made=self._neighbours_made)
+
+    def row_lists(self, C: torch.Tensor, centres: Centres, use: NeighbourUse) -> RowLists | None:
+        """Neighbour lists for a pass at ``C`` on direct distances that takes its rows'
+        candidates from them where they decide (``None``: every row scans every centre):
+        an entmax15 pass, where a list reaches every centre within the map's ``2 sigma``
+        of the nearest (at cold temperatures most rows, at hot ones few), or a batch of
+        Hartigan moves; ``use`` stops making them while they do not pay."""
         if centres.CT is None:
             return None
-        neighbours = self._neighbours(C, centres, self._soft_neighbour_use)
+        neighbours = self._neighbours(C, centres, use)
         if neighbours is None:
             return None
         if self._x_sq_max is None:
             self._x_sq_max = float(self.x_sq.max()) if self.x_sq.numel() else 0.0
         c_sq_max = float(centres.c_sq[: C.shape[0]].max())
         error = squared_rounding_error(self._x_sq_max, c_sq_max, C.shape[1], C.dtype)
-        return SoftLists(neighbours, error)
+        return RowLists(neighbours, error)
 
     def _torch_soft_pass(
         self, C: torch.Tensor, assignment: str, soft: SoftMap, warm: bool, need_spread: bool
@@ -611,7 +618,7 @@ class Workspace:
             return inertia, part_num, part_den
 
         total = 0.0
-        rows = None if centres.CT is None else self._scan_block_rows(centres)
+        rows = None if centres.CT is None else self.scan_block_rows(centres)
         for inertia, part_num, part_den in self.map_blocks(block, rows):
             total += inertia
             if num is not None and part_num is not None:
@@ -675,7 +682,7 @@ class Workspace:
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
         counts = [0, 0, 0]
-        blocks = self.map_blocks(block, self._scan_block_rows(centres))
+        blocks = self.map_blocks(block, self.scan_block_rows(centres))
         for part_num, part_den, part_inertia, part_counts in blocks:
             num += part_num
             den += part_den
@@ -698,7 +705,7 @@ class Workspace:
         room = gather_block_rows(self.chunk_size, self.k, d)
         return max(self.chunk_size, min(BIG_BLOCK_ROWS, share, work, room))
 
-    def _scan_block_rows(self, centres: Centres) -> int:
+    def scan_block_rows(self, centres: Centres) -> int:
         """Rows per block of a kernel pass on direct distances that may scan every centre
         for a row (``centres.width`` times the features in multiply-adds)."""
         return self.big_block_rows(centres.width * self.X.shape[1])
@@ -996,7 +1003,7 @@ class Workspace:
             return (*out, part)
 
         total, decided, scanned = 0.0, 0, 0
-        blocks = self.map_blocks(block, self._scan_block_rows(centres))
+        blocks = self.map_blocks(block, self.scan_block_rows(centres))
         for part, part_decided, part_scanned, part_sums in blocks:
             total += part
             decided += part_decided

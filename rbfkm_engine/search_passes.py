@@ -122,10 +122,10 @@ def hartigan_moves(
     """
     c_sq = squared_norms(means)
     in_kernel = _kernel_batch(ws, labels, means, mass)
+    if in_kernel is not None:
+        return in_kernel()
 
     def block(rows: slice) -> int:
-        if in_kernel is not None:
-            return in_kernel(rows)
         D = ws.distances(rows, means, c_sq, with_norms=True)
         new = hartigan_targets(D, labels[rows], mass, ws.weights(rows))
         moved = int((new != labels[rows]).sum())
@@ -137,10 +137,12 @@ def hartigan_moves(
 
 def _kernel_batch(
     ws: Workspace, labels: torch.Tensor, means: torch.Tensor, mass: torch.Tensor
-) -> Callable[[slice], int] | None:
-    """:func:`hartigan_moves`' block by the kernel (one sweep of each row's distances,
-    direct or from the block's GEMM); ``None`` where it does not run (no kernel, means of
-    another type than the data)."""
+) -> Callable[[], int] | None:
+    """:func:`hartigan_moves` by the kernel: one sweep of each row's distances, direct or
+    from the block's GEMM, or, on direct distances with every cluster weighing something,
+    from the means' neighbour lists where they decide (``Workspace.row_lists``); ``None``
+    where it does not run (no kernel, means of another type than the data). The moves do
+    not depend on the blocks: direct passes take the large ones."""
     kernel = ws.kernel_for(means)
     if kernel is None:
         return None
@@ -151,13 +153,23 @@ def _kernel_batch(
     padded = torch.ones(width, dtype=means.dtype)
     padded[:k] = mass
     keep = 1.0 - HARTIGAN_MIN_GAIN
+    least = float(mass.min())
+    lists = ws.row_lists(means, centres, ws.hartigan_neighbour_use) if least > 0.0 else None
 
-    def block(rows: slice) -> int:
+    def block(rows: slice) -> tuple[int, int, int]:
         D = None if centres.CT is not None else ws.padded_distances(rows, means, c_sq)
         part = Rows(ws.X[rows], ws.x_sq[rows], ws.weights(rows), labels[rows], ws.min_dist[rows])
-        return kernel.hartigan_batch(part, centres, D, padded, keep)
+        return kernel.hartigan_batch(part, centres, D, padded, keep, lists, least)
 
-    return block
+    def run() -> int:
+        rows = ws.scan_block_rows(centres) if centres.CT is not None else None
+        parts = list(ws.map_blocks(block, rows))
+        moved, decided, scanned = (sum(part[i] for part in parts) for i in range(3))
+        if lists is not None:
+            ws.lists_used(ws.hartigan_neighbour_use, k, decided, scanned)
+        return int(ws.reducer.sum(torch.tensor(moved)))
+
+    return run
 
 
 def hartigan_sweep(ws: Workspace, state: HartiganState) -> int | None:

@@ -179,3 +179,46 @@ def test_a_kernel_batch_of_hartigan_moves_matches_the_torch_one(
     assert moved["kernel"][1][single] == k - 1
     if weighted:
         assert torch.equal(moved["kernel"][1][::9], labels[::9])
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_hartigan_moves_from_neighbour_lists_are_those_of_every_mean(
+    dtype: torch.dtype, weighted: bool
+) -> None:
+    """At 128 means or more on direct distances a row takes its candidates from its
+    cluster's list where that decides its move: rounds of batches move the same rows to
+    the same clusters as sweeps of every mean, and the lists decide most rows."""
+    gen = torch.Generator().manual_seed(7)
+    X = (torch.randn(20_000, 3, generator=gen, dtype=torch.float64) ** 3).to(dtype)
+    w = (torch.rand(20_000, generator=gen, dtype=torch.float64) + 0.5).to(dtype)
+    w = w if weighted else None
+    k = 400
+    C = X[:k].clone()
+    runs = {}
+    for lists in (True, False):
+        ws = Workspace(X, w, k, 2048)
+        decided: list[int] = []
+        noted = ws.lists_used
+
+        def counted(use, k, rows, scanned, noted=noted, decided=decided) -> None:
+            decided.append(rows)
+            noted(use, k, rows, scanned)
+
+        ws.lists_used = counted  # type: ignore[method-assign]
+        if not lists:
+            ws.hartigan_neighbour_use._skip = 10**9
+        ws.hard_labels(C)
+        labels = ws.labels.clone()
+        means, mass = label_means(ws, labels, C)
+        assert float(mass.min()) > 0
+        counts = []
+        for _ in range(3):
+            counts.append(hartigan_moves(ws, labels, means, mass))
+            means, mass = label_means(ws, labels, means)
+        runs[lists] = (labels, counts, decided)
+    (listed, counts, decided), (scanned, counts2, none) = runs[True], runs[False]
+    assert none == [] and len(decided) == 3 and min(decided) > 0.8 * X.shape[0]
+    assert counts == counts2 and counts[0] > 1000
+    assert torch.equal(listed, scanned)
