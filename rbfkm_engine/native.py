@@ -47,6 +47,7 @@ import torch
 
 from .bounds import GAP_BLOCK, Drift, rounding_margin
 from .distances import squared_norms
+from .kdtree import TREE_MAX_FEATURES, nearest_others
 from .parallel import BlockPool
 
 log = logging.getLogger(__name__)
@@ -412,15 +413,22 @@ class HartiganState:
 
     def sort_gaps(self, width: int, pool: BlockPool | None = None) -> None:
         """``gaps`` and ``order`` of the means as they are now, at most ``width`` per
-        cluster (itself first), ``GAP_BLOCK`` clusters at a time, on ``pool``'s threads
-        where given (each block its own rows); the gaps are lowered by their rounding."""
+        cluster (itself first, unless another mean coincides with it), ``GAP_BLOCK``
+        clusters at a time, on ``pool``'s threads where given (each block its own rows),
+        or beyond one block, in at most ``TREE_MAX_FEATURES`` features, from a k-d tree
+        (:mod:`~rbfkm_engine.kdtree`); the gaps are lowered by their rounding."""
         means = self.means
-        k = means.shape[0]
+        k, d = means.shape
         width = min(width, k)
+        c_sq_max = float(squared_norms(means).max())
+        margin = rounding_margin(c_sq_max, c_sq_max, d, means.dtype)
+        if k > GAP_BLOCK and d <= TREE_MAX_FEATURES and width > 1:
+            distance, index = nearest_others(means.numpy(), width)
+            self.gaps = torch.from_numpy(distance).sub_(margin)
+            self.order = torch.from_numpy(index)
+            return
         self.gaps = gaps = torch.empty((k, width), dtype=torch.float64)
         self.order = order = torch.empty((k, width), dtype=torch.long)
-        c_sq_max = float(squared_norms(means).max())
-        margin = rounding_margin(c_sq_max, c_sq_max, means.shape[1], means.dtype)
 
         def block(rows: slice) -> None:
             near = torch.cdist(means[rows], means)

@@ -23,14 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial import cKDTree
 
+from .kdtree import TREE_MAX_FEATURES, nearest_others
 from .progress import Interrupt
-
-#: Beyond one block of pairwise distances, means of at most this many features find
-#: their nearest from a k-d tree (about ``m log m`` work, not ``m^2``); in more features a
-#: tree's searches visit most of it and the blocks cost less.
-TREE_MAX_FEATURES = 16
 
 
 @dataclass(frozen=True)
@@ -122,9 +117,9 @@ def _tree_nearest(mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`nearest_means` from a k-d tree of the means: each one's two nearest, itself
     and the other (either first where another mean coincides with it; of means equally
     near, any may come back, where the blocks give the lowest index)."""
-    distance, index = cKDTree(mean).query(mean, k=2)
+    distance, index = nearest_others(mean, 2)
     own = index[:, 0] == np.arange(mean.shape[0])
-    nearest = np.where(own, index[:, 1], index[:, 0]).astype(np.int64)
+    nearest = np.where(own, index[:, 1], index[:, 0])
     return nearest, np.where(own, distance[:, 1], distance[:, 0]) ** 2
 
 

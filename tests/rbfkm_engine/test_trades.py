@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from rbfkm_engine.kdtree import TREE_MAX_FEATURES
 from rbfkm_engine.passes import Workspace
 from rbfkm_engine.trades import (
-    TREE_MAX_FEATURES,
     Clusters,
     Trade,
     matched_trades,
