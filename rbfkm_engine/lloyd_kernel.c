@@ -655,6 +655,36 @@
         return s;                                                                              \
     }                                                                                          \
                                                                                                \
+    /* Neighbour lists a pass reads rows' candidates from (centre_neighbours' nb, order,       \
+     * gap, width) and the rounding error E of a computed squared distance                     \
+     * (rbfkm_engine/bounds.py, squared_rounding_error). */                                    \
+    typedef struct {                                                                           \
+        const T *nb, *gap;                                                                     \
+        const int32_t *order;                                                                  \
+        int64_t width;                                                                         \
+        T error;                                                                               \
+    } RowLists_##SUFFIX;                                                                       \
+                                                                                               \
+    /* A bound from above on the distance to a centre whose computed squared distance is       \
+     * dist (error E in it), and a list's gap g lowered to a bound from below on the true      \
+     * one (the rounding of its d differences): with them a centre at gap g from c_a is at     \
+     * least gap_below(g) - distance_above(D_a) from a row. */                                 \
+    static inline T distance_above_##SUFFIX(T dist, T error) {                                 \
+        return ROOT(T, (dist < (T)0 ? (T)0 : dist) + error) * (1 + 16 * EPS_OF(T));            \
+    }                                                                                          \
+    static inline T gap_below_##SUFFIX(T g, int64_t d) {                                       \
+        return g * (1 - (T)(d + 8) * EPS_OF(T));                                               \
+    }                                                                                          \
+                                                                                               \
+    /* v at column j becomes the least so far where it is below it (ties: the lower            \
+     * column), as the lanes' minima keep it. */                                               \
+    static inline void keep_least_##SUFFIX(T v, int64_t j, T *best, int64_t *at) {             \
+        if (v < *best || (v == *best && j < *at)) {                                            \
+            *best = v;                                                                         \
+            *at = j;                                                                           \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
     /* At least the second smallest of own and the lanes' best and next (each lane's two       \
      * smallest), exactly that unless two lanes tie for the smallest best: where own is not    \
      * below the least best, the lanes holding it offer their next instead. */                 \
@@ -1315,15 +1345,6 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         unsigned char *mark;                                                                   \
     } SoftPass_##SUFFIX;                                                                       \
                                                                                                \
-    /* The neighbour lists a pass takes candidates from, and the rounding error of the         \
-     * rows' squared distances (rbfkm_engine/bounds.py, squared_rounding_error). */            \
-    typedef struct {                                                                           \
-        const T *CT, *c_sq, *nb, *gap;                                                         \
-        const int32_t *order;                                                                  \
-        int64_t width;                                                                         \
-        T error;                                                                               \
-    } RowLists_##SUFFIX;                                                                       \
-                                                                                               \
     /* A row's support from its partial distances p (kp columns, padding +inf): the columns    \
      * within 2 sigma of the least, dmin, in column order, their scores (clipped at -4: the    \
      * map's threshold is above it) and partials; returns how many. */                         \
@@ -1356,20 +1377,18 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
      * row's computed one to c_a), while a centre at gap g from c_a is at least g - u from     \
      * x, u = sqrt(D_a + E) bounding ||x - c_a||. A centre listed at a gap beyond u +          \
      * sqrt(D_a + 2 sigma + 2 E), or left out (every such one is at least the last gap         \
-     * away), is not among them. *own: the row's partial to c_a. */                            \
+     * away), is not among them. *own: the row's partial to c_a (CT, c_sq: the centres). */    \
     static int64_t soft_reach_##SUFFIX(const SoftPass_##SUFFIX *s,                             \
-                                       const RowLists_##SUFFIX *l, int64_t i, int64_t a,       \
-                                       T *own) {                                               \
-        const T *x = s->X + i * s->d;                                                          \
-        *own = partial_to_##SUFFIX(x, s->d, l->CT, l->c_sq, s->kp, a);                         \
+                                       const RowLists_##SUFFIX *l, const T *CT,                \
+                                       const T *c_sq, int64_t i, int64_t a, T *own) {          \
+        *own = partial_to_##SUFFIX(s->X + i * s->d, s->d, CT, c_sq, s->kp, a);                 \
         T dist = *own + s->x_sq[i];                                                            \
         dist = dist < (T)0 ? (T)0 : dist;                                                      \
-        const T slack = 1 + 16 * EPS_OF(T), shrink = 1 - (T)(s->d + 8) * EPS_OF(T);            \
-        const T u = ROOT(T, dist + l->error) * slack;                                          \
-        const T need = u + ROOT(T, dist + 2 * s->sigma + 2 * l->error) * slack;                \
+        const T u = distance_above_##SUFFIX(dist, l->error);                                   \
+        const T need = u + distance_above_##SUFFIX(dist + 2 * s->sigma + l->error, l->error);  \
         const T *g = l->gap + a * l->width;                                                    \
         for (int64_t r = 0; r < l->width; r++)                                                 \
-            if (g[r] * shrink >= need) return r;                                               \
+            if (gap_below_##SUFFIX(g[r], s->d) >= need) return r;                              \
         return -1;                                                                             \
     }                                                                                          \
                                                                                                \
@@ -1397,10 +1416,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
                 const T p = v[r - r0];                                                         \
                 cand[m] = j;                                                                   \
                 cp[m++] = p;                                                                   \
-                if (p < best || (p == best && j < at)) {                                       \
-                    best = p;                                                                  \
-                    at = j;                                                                    \
-                }                                                                              \
+                keep_least_##SUFFIX(p, j, &best, &at);                                         \
             }                                                                                  \
         }                                                                                      \
         *scanned += (double)m;                                                                 \
@@ -1527,8 +1543,9 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         int scans = 0;                                                                         \
         for (int r = 0; r < rows; r++) {                                                       \
             const int64_t a = s->labels[i + r];                                                \
-            reach[r] = l && a >= 0 && a < s->k ? soft_reach_##SUFFIX(s, l, i + r, a, &own[r])  \
-                                               : -1;                                           \
+            reach[r] = l && a >= 0 && a < s->k                                                 \
+                           ? soft_reach_##SUFFIX(s, l, CT, c_sq, i + r, a, &own[r])            \
+                           : -1;                                                               \
             if (reach[r] < 0) xs[scans++] = s->X + (i + r) * s->d;                             \
         }                                                                                      \
         if (scans) {                                                                           \
@@ -1564,7 +1581,7 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
         const SoftPass_##SUFFIX s = {X, x_sq, w, d, k, kp, twins, sigma, labels,               \
                                      min_dist, num, den, spread, stats, z, z + kp,             \
                                      z + 2 * kp, z + 3 * kp, cols, mark};                      \
-        const RowLists_##SUFFIX lists = {CT, c_sq, nb, gap, order, width, error};              \
+        const RowLists_##SUFFIX lists = {nb, gap, order, width, error};                        \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
             if (!D) {                                                                          \
@@ -1663,20 +1680,19 @@ SOFT_PASS(double, vdouble, 4, f64)
         for (int r = 0; r < ROWS; r++) to[r] = reduce_##SUFFIX(best[r], at[r], &join[r]);      \
     }                                                                                          \
                                                                                                \
-    /* Neighbour lists a batch takes a row's candidates from (centre_neighbours' at the        \
-     * means), the rounding error of a squared distance and the least mass of a cluster. */    \
-    typedef struct {                                                                           \
-        const T *nb, *gap;                                                                     \
-        const int32_t *order;                                                                  \
-        int64_t width;                                                                         \
-        T error, least;                                                                        \
-    } JoinLists_##SUFFIX;                                                                      \
+    /* What row i of cluster l (mass M_l, its squared distance D_l, its weight wi) would       \
+     * save by leaving it, M_l / (M_l - wi) D_l, the remaining mass floored at 1e-30. */       \
+    static inline T leave_##SUFFIX(T dist, T mass_l, T wi) {                                   \
+        const T rest = mass_l - wi;                                                            \
+        return dist * mass_l / (rest > (T)1e-30 ? rest : (T)1e-30);                            \
+    }                                                                                          \
                                                                                                \
     /* hartigan_join of row x (cluster lab, own its partial to lab's mean) from lab's list,    \
      * where the list shows no cluster beyond the centres scanned scores below                 \
      * min(best, limit) (a move needs a score below limit): a cluster at gap g from lab's      \
      * mean is at least g - u from x (u bounds ||x - mean_lab||), so its score is at least     \
-     * factor_min ((g - u)^2 - E), factor_min = least / (least + wi). The candidates'          \
+     * factor_min ((g - u)^2 - E), factor_min = least / (least + wi) (least: the least         \
+     * mass of a cluster, above 0; l: the lists at the means). The candidates'                 \
      * partials are a full scan's (neighbour_scan's), their scores and the lowest index of     \
      * the least are hartigan_join's. Returns the cluster the row moves to (*join its          \
      * score), lab where it stays, or -1 where the list ends first. *scanned: the              \
@@ -1684,20 +1700,17 @@ SOFT_PASS(double, vdouble, 4, f64)
     static int64_t listed_join_##SUFFIX(const T *restrict x, int64_t d, T x_sq, T wi,          \
                                         const T *restrict mass, const T *restrict factor,      \
                                         int64_t lab, T own, T limit,                           \
-                                        const JoinLists_##SUFFIX *l, T *join,                  \
+                                        const RowLists_##SUFFIX *l, T least, T *join,          \
                                         int64_t *scanned) {                                    \
         const int64_t width = l->width;                                                        \
         const T *list = l->nb + lab * (d + 1) * width, *g = l->gap + lab * width;              \
         const int32_t *order = l->order + lab * width;                                         \
-        const T slack = 1 + 16 * EPS_OF(T), shrink = 1 - (T)(d + 8) * EPS_OF(T);               \
-        T dist = own + x_sq;                                                                   \
-        dist = dist < (T)0 ? (T)0 : dist;                                                      \
-        const T u = ROOT(T, dist + l->error) * slack;                                          \
-        const T fmin = (l->least / (l->least + wi)) * (1 - 4 * EPS_OF(T));                     \
+        const T u = distance_above_##SUFFIX(own + x_sq, l->error);                             \
+        const T fmin = (least / (least + wi)) * (1 - 4 * EPS_OF(T));                           \
         T best = (T)INFINITY;                                                                  \
         int64_t at = -1;                                                                       \
         for (int64_t r0 = 0; r0 <= width; r0 += LANES) {                                       \
-            const T reach = (r0 < width ? g[r0] : g[width - 1]) * shrink - u;                  \
+            const T reach = gap_below_##SUFFIX(r0 < width ? g[r0] : g[width - 1], d) - u;      \
             const T floor = reach > 0 ? fmin * (reach * reach - l->error) : (T)0;              \
             const T bar = best < limit ? best : limit;                                         \
             if (floor > bar) return best < limit ? (*join = best, at) : lab;                   \
@@ -1710,11 +1723,7 @@ SOFT_PASS(double, vdouble, 4, f64)
                 T dj = v[r - r0] + x_sq;                                                       \
                 dj = dj < (T)0 ? (T)0 : dj;                                                    \
                 const T f = factor ? factor[j] : mass[j] / (mass[j] + wi);                     \
-                const T score = dj * f;                                                        \
-                if (score < best || (score == best && j < at)) {                               \
-                    best = score;                                                              \
-                    at = j;                                                                    \
-                }                                                                              \
+                keep_least_##SUFFIX(dj * f, j, &best, &at);                                    \
             }                                                                                  \
         }                                                                                      \
         return -1;                                                                             \
@@ -1731,12 +1740,13 @@ SOFT_PASS(double, vdouble, 4, f64)
             factor = scratch;                                                                  \
             for (int64_t j = 0; j < kp; j++) factor[j] = mass[j] / (mass[j] + (T)1);           \
         }                                                                                      \
-        const JoinLists_##SUFFIX lists = {nb, gap, order, width, error, least};                \
+        const RowLists_##SUFFIX lists = {nb, gap, order, width, error};                        \
         int64_t moved = 0, listed = 0, scanned = 0;                                            \
         for (int64_t i = 0; i < m; i += ROWS) {                                                \
             const int rows = m - i < ROWS ? (int)(m - i) : ROWS;                               \
             int64_t lab[ROWS], to[ROWS];                                                       \
             T xsq[ROWS], wi[ROWS], join[ROWS], own[ROWS];                                      \
+            int decided[ROWS] = {0}; /* by the lists, moved or not */                          \
             for (int r = 0; r < ROWS; r++) { /* the last group padded with its last row */     \
                 const int64_t row = i + (r < rows ? r : rows - 1);                             \
                 lab[r] = labels[row];                                                          \
@@ -1748,15 +1758,13 @@ SOFT_PASS(double, vdouble, 4, f64)
                 scans = 0;                                                                     \
                 for (int r = 0; r < rows; r++) {                                               \
                     const T *x = X + (i + r) * d;                                              \
-                    const T rest = mass[lab[r]] - wi[r];                                       \
                     own[r] = partial_to_##SUFFIX(x, d, CT, c_sq, kp, lab[r]);                  \
                     T d_own = own[r] + xsq[r];                                                 \
                     d_own = d_own < (T)0 ? (T)0 : d_own;                                       \
-                    const T kept = rest > (T)1e-30 ? rest : (T)1e-30;                          \
-                    const T leave = d_own * mass[lab[r]] / kept;                               \
-                    to[r] = rest > (T)0 && wi[r] > (T)0                                        \
+                    const T limit = keep * leave_##SUFFIX(d_own, mass[lab[r]], wi[r]);         \
+                    to[r] = mass[lab[r]] - wi[r] > (T)0 && wi[r] > (T)0                        \
                                 ? listed_join_##SUFFIX(x, d, xsq[r], wi[r], mass, factor,      \
-                                                       lab[r], own[r], keep * leave, &lists,   \
+                                                       lab[r], own[r], limit, &lists, least,   \
                                                        &join[r], &scanned)                     \
                                 : lab[r];                                                      \
                     if (to[r] < 0) {                                                           \
@@ -1764,6 +1772,7 @@ SOFT_PASS(double, vdouble, 4, f64)
                         continue;                                                              \
                     }                                                                          \
                     listed++;                                                                  \
+                    decided[r] = 1;                                                            \
                     if (to[r] != lab[r]) {                                                     \
                         labels[i + r] = to[r];                                                 \
                         moved++;                                                               \
@@ -1782,11 +1791,9 @@ SOFT_PASS(double, vdouble, 4, f64)
                                                    factor, lab[r], &join[r], &own[r]);         \
             }                                                                                  \
             for (int r = 0; r < rows; r++) {                                                   \
-                if (labels[i + r] != lab[r]) continue; /* moved from its list above */         \
-                const T rest = mass[lab[r]] - wi[r];                                           \
-                if (!(rest > (T)0) || !(wi[r] > (T)0)) continue;                               \
-                const T leave = own[r] * mass[lab[r]] / (rest > (T)1e-30 ? rest : (T)1e-30);   \
-                if (join[r] < keep * leave) {                                                  \
+                if (decided[r]) continue;                                                      \
+                if (!(mass[lab[r]] - wi[r] > (T)0) || !(wi[r] > (T)0)) continue;               \
+                if (join[r] < keep * leave_##SUFFIX(own[r], mass[lab[r]], wi[r])) {            \
                     labels[i + r] = to[r];                                                     \
                     moved++;                                                                   \
                 }                                                                              \

@@ -295,7 +295,7 @@ def _hartigan_sweeps(
         return None
     gap = float((means - best.centres).double().norm(dim=1).max())
     c_sq_max = float(squared_norms(best.centres).max())
-    gap += rounding_margin(float(ws.x_sq.max()), c_sq_max, ws.X.shape[1], ws.X.dtype)
+    gap += rounding_margin(ws.x_sq_max, c_sq_max, ws.X.shape[1], ws.X.dtype)
     lower = best.second.double().clamp_min(0.0).sqrt_().sub_(gap)
     state = HartiganState(labels, means.double(), mass.double(), lower)
     for _ in range(HARTIGAN_SWEEPS):

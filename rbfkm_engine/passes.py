@@ -232,12 +232,21 @@ class Workspace:
         # their rows' candidates from neighbour lists.
         self._soft_neighbour_use = NeighbourUse(doubling=False)
         self.hartigan_neighbour_use = NeighbourUse()
-        self._x_sq_max: float | None = None
+        self._x_sq_max: float | None = None  # see x_sq_max
         self._sum_sq: torch.Tensor | None = None
         # Per thread: the distance block and the argmin keys' block, reused by every pass
         # (see ``_reused_block``), and the layout whose padding the distance block holds
         # (see ``padded_distances``).
         self._local = threading.local()
+
+    @property
+    def x_sq_max(self) -> float:
+        """The largest squared norm of a row (0 without rows), which the rounding of the
+        rows' distances scales with (:func:`~rbfkm_engine.bounds.squared_rounding_error`);
+        computed once."""
+        if self._x_sq_max is None:
+            self._x_sq_max = float(self.x_sq.max()) if self.x_sq.numel() else 0.0
+        return self._x_sq_max
 
     @property
     def min_dist(self) -> torch.Tensor:
@@ -459,10 +468,8 @@ class Workspace:
         neighbours = self._neighbours(C, centres, use)
         if neighbours is None:
             return None
-        if self._x_sq_max is None:
-            self._x_sq_max = float(self.x_sq.max()) if self.x_sq.numel() else 0.0
         c_sq_max = float(centres.c_sq[: C.shape[0]].max())
-        error = squared_rounding_error(self._x_sq_max, c_sq_max, C.shape[1], C.dtype)
+        error = squared_rounding_error(self.x_sq_max, c_sq_max, C.shape[1], C.dtype)
         return RowLists(neighbours, error)
 
     def _torch_soft_pass(
