@@ -32,8 +32,10 @@
 /* The machine epsilon of T, and the largest value of the signed integer type I. */
 #define EPS_OF(T) ((T)(sizeof(T) == sizeof(float) ? FLT_EPSILON : DBL_EPSILON))
 #define INDEX_MAX(I) ((I)((((uint64_t)1) << (sizeof(I) * 8 - 1)) - 1))
-/* a * b + c in T, rounded once where the target fuses multiply-adds (where the compiler
- * fuses the vector sums `acc += x * ct`), else twice, as those sums are then. */
+/* a * b + c in T, rounded once where the target fuses multiply-adds, else twice. Every sum
+ * of partial distances goes through it (mul_add for vectors): a compiler left to fuse
+ * `acc += x * ct` may fuse one loop's chain and not another's (GCC's tunings for AMD Zen
+ * avoid chains of FMAs), and the passes from neighbour lists must match full scans. */
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define MUL_ADD(T, a, b, c)                                                                    \
     (sizeof(T) == sizeof(float) ? (T)fmaf((float)(a), (float)(b), (float)(c))                  \
@@ -76,6 +78,13 @@
         return (V)(((V##_index)a & mask) | ((V##_index)b & ~mask));                            \
     }                                                                                          \
                                                                                                \
+    /* a * b + c lane by lane, each lane as MUL_ADD rounds it (the compiler makes one vector   \
+     * instruction of it where the target has one). */                                         \
+    static inline __attribute__((always_inline)) V mul_add_##SUFFIX(T a, V b, V c) {           \
+        for (int l = 0; l < LANES; l++) c[l] = MUL_ADD(T, a, b[l], c[l]);                      \
+        return c;                                                                              \
+    }                                                                                          \
+                                                                                               \
     /* Partial distances c_sq[j] - 2 x.c_j of R rows (xs) to G groups of LANES centres from    \
      * column j of CT (d x kp): R x G independent sums, so the FMAs of one row's chain do not  \
      * wait on each other and each load of CT serves R rows. */                                \
@@ -93,7 +102,8 @@
                 memcpy(&ct[g], CT + t * kp + j + g * LANES, sizeof(V));                        \
             for (int r = 0; r < ROWS; r++) {                                                   \
                 const T x = xs[r][t];                                                          \
-                for (int g = 0; g < G; g++) acc[r][g] += x * ct[g];                            \
+                for (int g = 0; g < G; g++)                                                    \
+                    acc[r][g] = mul_add_##SUFFIX(x, ct[g], acc[r][g]);                         \
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
@@ -630,8 +640,7 @@
         return exact;                                                                          \
     }                                                                                          \
                                                                                                \
-    /* Row x's partial distance to centre a, as partials computes it, bit for bit: a fused     \
-     * multiply-add where the target has one (the compiler fuses partials' sums then). */      \
+    /* Row x's partial distance to centre a, as partials computes it, bit for bit. */          \
     static inline T partial_to_##SUFFIX(const T *restrict x, int64_t d,                        \
                                         const T *restrict CT, const T *restrict c_sq,          \
                                         int64_t kp, int64_t a) {                               \
@@ -650,7 +659,7 @@
         for (int64_t t = 0; t < d; t++) {                                                      \
             V ct;                                                                              \
             memcpy(&ct, list + (1 + t) * width + r0, sizeof ct);                               \
-            s += x[t] * ct;                                                                    \
+            s = mul_add_##SUFFIX(x[t], ct, s);                                                 \
         }                                                                                      \
         return s;                                                                              \
     }                                                                                          \
