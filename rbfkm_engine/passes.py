@@ -935,18 +935,22 @@ class Workspace:
         second = torch.empty_like(self.min_dist)
         kernel = self.kernel_for(C)
         keep = kernel is not None and self._lloyd_bounds(C, kernel.direct(C.shape[1])) is not None
-        sums = self._lloyd_sums(C, warm=False)[:2] if keep else None
+        sums = None if kernel is None else self._lloyd_sums(C, warm=False)[:2]
         listed = self._two_nearest_by_lists(C, second, sums)
         self._forget_lloyd_state()
         if listed is not None:
             inertia = listed
-        elif kernel is not None:
-            mode, num, den = (LABEL, None, None) if sums is None else (ADD, *sums)
-            inertia = self._fused_pass(C, mode, num, den, second=second)
+        elif sums is not None:
+            inertia = self._fused_pass(C, ADD, *sums, second=second)
         else:
             inertia = self._two_nearest_in_torch(C, second)
         if sums is not None:
-            self._keep_lloyd_state(C, second, sums)
+            # From the float64 sums, as a kernel Lloyd iteration's (the local search
+            # compares the two): the rows' float32 distances sum to a few 1e-5 of a
+            # tight fit's inertia at many centres.
+            inertia = self._inertia_of_sums(C, *sums)
+            if keep:
+                self._keep_lloyd_state(C, second, sums)
         return second, self._summed(inertia)
 
     def _two_nearest_in_torch(self, C: torch.Tensor, second: torch.Tensor) -> torch.Tensor:

@@ -488,6 +488,26 @@ def test_two_nearest(path: str, d: int, dtype: torch.dtype) -> None:
     assert inertia == pytest.approx(expected, rel=1e-12 if dtype == torch.float64 else 1e-6)
 
 
+@pytest.mark.parametrize("d", (3, 40))
+def test_two_nearest_takes_the_inertia_of_its_labels_in_float64(d: int) -> None:
+    """By the kernel, from the labels' float64 sums: the rows' float32 distances carry
+    rounding of about 1e-7 of ``||x||^2``, far above a tight fit's inertia, and the local
+    search compares this inertia with a Lloyd iteration's (made from the sums)."""
+    g = torch.Generator().manual_seed(0)
+    means = 3 * torch.randn(8, d, generator=g, dtype=torch.float64)
+    X = (means.repeat_interleave(50, 0) + 1e-3 * torch.randn(400, d, generator=g)).float()
+    w = weights(400).float()
+    ws = workspace_on("kernel", X, w, 8, chunk_size=64)
+    C = X[1::50] + 1e-4
+    _, inertia = ws.two_nearest(C)
+    assert ws.labels.tolist() == torch.arange(8).repeat_interleave(50).tolist()
+    exact = float((w.double() * (X.double() - C.double()[ws.labels]).square().sum(1)).sum())
+    assert inertia == pytest.approx(exact, rel=1e-8)
+    rows = float((w.double() * ws.min_dist.double()).sum())
+    if d == 40:  # the GEMM's distances: the test would see a sum of them
+        assert abs(rows / exact - 1) > 1e-6
+
+
 def test_update_moves_an_empty_centre_to_the_farthest_point() -> None:
     X = data()
     ws = Workspace(X, None, 5, chunk_size=64)
