@@ -92,6 +92,7 @@ def anneal(
         sigma_reached = sigma
         record(ctx.history, sigma, stats, iters)
         warm = True
+        passed = state.centres.shape[0]  # the centres of this temperature's passes
         if isinstance(state, Twins):
             before = state.centres
             warm = not state.after_temperature(state.radii(den, stats.spread), den)
@@ -109,7 +110,7 @@ def anneal(
             stats.mean_nnz,
             stats.n_soft,
         )
-        if _nearly_hard(ctx, state, stats) or _cold(ctx, schedule, t, sigma, stats):
+        if _nearly_hard(ctx, state, passed, stats) or _cold(ctx, schedule, passed, t, sigma, stats):
             break
     C = state.centres
     k = ctx.passes.k
@@ -118,26 +119,33 @@ def anneal(
     return C, sigma_reached
 
 
-def _nearly_hard(ctx: FitContext, state: Twins | _Fixed, stats: IterationStats) -> bool:
-    """Whether annealing hands over to Lloyd after this temperature: it has ``k`` centres
-    at least and at most ``SOFT_FRACTION_STOP`` of the points (by weight) are soft. While
+def _nearly_hard(
+    ctx: FitContext, state: Twins | _Fixed, centres: int, stats: IterationStats
+) -> bool:
+    """Whether annealing hands over to Lloyd after this temperature: its passes had the
+    fit's ``k`` centres at least (``centres``; those just split off have not been through
+    one) and at most ``SOFT_FRACTION_STOP`` of the points (by weight) were soft. While
     twins remain (a fit annealing past ``k``, see :mod:`~rbfkm_engine.overshoot`), a point
     shared by a centre and its twin alone counts as hard: well-separated clusters hand over
     at ``k`` centres as they would without twins, and only splits that come while the
     points are still shared add cells."""
     ws = ctx.passes
-    if state.centres.shape[0] < ws.k:
+    if centres < ws.k:
         return False
     weight = stats.soft_weight if state.twins is None else stats.shared_weight
     return weight <= SOFT_FRACTION_STOP * ws.total_weight
 
 
-def _cold(ctx: FitContext, schedule: Schedule, t: int, sigma: float, stats: IterationStats) -> bool:
+def _cold(
+    ctx: FitContext, schedule: Schedule, centres: int, t: int, sigma: float, stats: IterationStats
+) -> bool:
     """Whether annealing ends after the ``t``-th temperature, ``sigma``, at the schedule's
-    floor or below it: there, once ``sigma`` is at most ``CELL_RATIO`` of the cells' mean
-    squared radius (the last pass's inertia per weight). Without colder temperatures to
-    go on to, the loop ends at the floor by itself."""
-    if t < len(schedule.temperatures) - 1 or not schedule.colder:
+    floor or below it: there, once its passes had the fit's ``k`` centres (``centres``)
+    and ``sigma`` is at most ``CELL_RATIO`` of the cells' mean squared radius (the last
+    pass's inertia per weight). A grown fit still short of ``k`` goes on: its cells are
+    those of fewer, larger clusters, which the centres still to come will split. Without
+    colder temperatures to go on to, the loop ends at the floor by itself."""
+    if t < len(schedule.temperatures) - 1 or not schedule.colder or centres < ctx.passes.k:
         return False
     return sigma <= CELL_RATIO * stats.inertia / ctx.passes.total_weight
 

@@ -244,3 +244,31 @@ def test_annealing_ends_at_the_floor_where_the_cells_are_cold() -> None:
     ctx, plan = annealed_grid(X, C0, 0.1)
     visited = [record["sigma"] for record in ctx.history]
     assert visited == plan.temperatures
+
+
+@pytest.mark.parametrize("trade", (False, True))
+@pytest.mark.parametrize(("floor", "cooling"), ((0.005, 0.1), (0.003, 0.05)))
+def test_a_grown_fit_short_of_k_goes_on_past_a_cold_floor(
+    trade: bool, floor: float, cooling: float
+) -> None:
+    """A floor reached with a few centres of sixteen is below a quarter of their cells,
+    but the cells still to be split are what counts: the annealing goes on until its
+    passes have all sixteen (a centre just split off has not been through one, and its
+    pass's points being hard says nothing of its own)."""
+    X, _ = square_and_grid()
+    ctx = FitContext(
+        RecordingWorkspace(X, None, 16, 64), Budget(300), 1e-10, torch.Generator().manual_seed(0)
+    )
+    lam = largest_eigenvalue(weighted_covariance(X))
+    temperatures = geometric_schedule(
+        1.1 * critical_temperature(lam, 2, "entmax15"), floor, cooling
+    )
+    colder = geometric_schedule(floor, floor * 1e-4, 0.5)[1:]
+    plan = Schedule(temperatures, "entmax15", 1, annealing_budget(300), 1.0, colder)
+    anneal(ctx, plan, Twins(X.mean(dim=0, keepdim=True), 16, ctx.generator, trade=trade))
+    centres = [p["rows"] if p["twins_from"] is None else p["twins_from"] for p in ctx.passes.passes]
+    at_floor = centres[len(temperatures) - 1]
+    floor_inertia = ctx.history[len(temperatures) - 1]["inertia"]
+    assert at_floor < 16 and floor <= CELL_RATIO * floor_inertia / X.shape[0]
+    assert len(ctx.history) > len(temperatures)
+    assert centres[-1] == 16
