@@ -117,25 +117,38 @@ class Twins:
         return (spread[:m] + spread[m:]) / mass.clamp_min(tiny)
 
     def after_temperature(self, radius2: torch.Tensor, mass: torch.Tensor | None = None) -> bool:
-        """Merge the centres that fell back together, else split the pairs that moved
-        apart, else push collapsed twins back out. Returns whether the centres were
-        re-arranged (merged or split), so that the last labels no longer describe them;
+        """Merge the centres that fell back together, split the pairs that moved apart,
+        push collapsed twins back out. Returns whether the centres were re-arranged
+        (merged or split), so that the last labels no longer describe them;
         :attr:`successors` then maps them to rows of the new :meth:`stacked`.
         ``mass``: the pass's masses of :meth:`stacked`, which a trading fit prices its
-        trades by (none without them)."""
+        trades by (none without them; after a merge, the survivors' own)."""
         keep = coincident_survivors(self.centres, radius2, self.check)
+        merged = None
         if keep is not None:
             # Centres that fell back together (above their local critical temperature)
-            # are one cluster: free the slot, so that a region that splits later gets it.
-            self.successors = _merge_successors(keep, self.twins is not None)
+            # are one cluster: free the slot, so that a region that splits now or later
+            # gets it.
+            merged = _merge_successors(keep, self.twins is not None)
+            self.successors = merged
             self.centres, radius2 = self.centres[keep], radius2[keep]
-            self.launch(radius2)
-            return True
+            if self.twins is None:
+                self.launch(radius2)
+                return True
+            # The survivors keep their twins and may split at once: at many centres a few
+            # merge at most temperatures, and fresh twins, or no splits where some
+            # merged, held back every split for as long.
+            self.twins = self.twins[keep]
+            if mass is not None:
+                mass = torch.cat([mass[: keep.numel()][keep], mass[keep.numel() :][keep]])
         if self.twins is None:
             return False
         sep2 = ((self.centres - self.twins) ** 2).sum(dim=1)
         splitting = torch.nonzero(sep2 > SPLIT**2 * radius2).squeeze(1)
         if splitting.numel() and self._split(splitting, sep2, radius2, mass):
+            if merged is not None:
+                assert self.successors is not None
+                self.successors = self.successors[merged]
             return True
         # Twins still moving apart keep going; collapsed ones are pushed back out along
         # their offset, which the iterations have turned towards the direction the pair
@@ -144,7 +157,7 @@ class Twins:
         if bool(collapsed.any()):  # else nothing to push (and no random draw to make)
             rescaled = self._rescaled(radius2)
             self.twins = torch.where(collapsed.unsqueeze(1), rescaled, self.twins)
-        return False
+        return merged is not None
 
     def _split(
         self,

@@ -328,7 +328,61 @@ def test_successors_follow_a_merge() -> None:
     C = torch.tensor([[0.0, 0.0], [1e-4, 0.0], [10.0, 0.0]])
     grown = Twins(C[:1], 3, generator())
     grown.centres = C.clone()
-    grown.twins = C + 0.5
+    grown.twins = C + 0.05  # on their way apart: no split yet
     assert grown.after_temperature(torch.ones(3))
     assert grown.centres.shape[0] == 2 and grown.successors is not None
     assert grown.successors.tolist() == [0, 0, 1, 2, 0, 3]
+
+
+def test_the_survivors_of_a_merge_keep_their_twins() -> None:
+    """Fresh twins would start aligning with their clusters' axes again."""
+    C = torch.tensor([[0.0, 0.0], [1e-4, 0.0], [10.0, 0.0]])
+    grown = Twins(C[:1], 3, generator())
+    grown.centres = C.clone()
+    grown.twins = C + torch.tensor([[0.05, 0.0], [0.0, 0.06], [0.0, 0.07]])
+    before = grown.twins.clone()
+    assert grown.after_temperature(torch.ones(3))
+    torch.testing.assert_close(grown.centres, C[[0, 2]])
+    assert grown.twins is not None
+    torch.testing.assert_close(grown.twins, before[[0, 2]])
+
+
+def test_a_pair_splits_in_the_temperature_two_centres_merge() -> None:
+    """Centre 1 fell onto centre 0 and centre 2's twin moved off: the freed slot goes to
+    the twin at once, and the successors compose the merge's and the split's."""
+    C = torch.tensor([[0.0, 0.0], [1e-4, 0.0], [10.0, 0.0]])
+    grown = Twins(C[:1], 3, generator())
+    grown.centres = C.clone()
+    grown.twins = C + torch.tensor([[0.05, 0.0], [0.0, 0.05], [3.0, 0.0]])
+    assert grown.after_temperature(torch.ones(3))
+    torch.testing.assert_close(grown.centres, torch.tensor([[0.0, 0.0], [10.0, 0.0], [13.0, 0.0]]))
+    assert grown.twins is None and grown.successors is not None
+    assert grown.successors.tolist() == [0, 0, 1, 0, 0, 2]
+
+
+def test_a_trade_in_the_temperature_two_centres_merge_is_priced_by_the_survivors() -> None:
+    """Centre 1 fell onto centre 0; the pairs 3 and 4 both split, one into the freed slot,
+    the other by a trade that merges the close clusters 0 and 2 (rows 1 and 2 after the
+    merge): the merged centre is their mean by the pass's masses of the survivors' rows."""
+    X = blob_tensor(
+        [[0.0, 0.0], [0.6, 0.0], [20.0, 0.0], [30.0, 0.0], [50.0, 0.0], [61.0, 0.0]],
+        n_per=50,
+        spread=0.2,
+        seed=1,
+    )
+    blob = [X[50 * j : 50 * (j + 1)].mean(0) for j in range(6)]
+    C = torch.stack([blob[0], blob[0] + 1e-5, blob[1], blob[2], blob[4]])
+    grown = Twins(C[:1], 5, generator(), trade=True)
+    grown.centres = C.clone()
+    grown.twins = torch.stack([C[0] + 0.01, C[1] - 0.01, C[2] + 0.01, blob[3], blob[5]])
+    ws = Workspace(X, None, 5, chunk_size=64)
+    full = grown.stacked()
+    _, den, stats = ws.step(full, 0.05, "entmax15", need_spread=True, twins_from=5)
+    assert grown.after_temperature(grown.radii(den, stats.spread), den)
+    rows = [0, 5, 2, 7]  # clusters 0 and 2, each centre and twin
+    mass = den[rows].unsqueeze(1)
+    merged = (mass * full[rows]).sum(0) / mass.sum()
+    assert grown.centres.shape[0] == 5
+    torch.testing.assert_close(grown.centres[0], merged)
+    grown_from = {tuple(c) for c in grown.centres[1:].tolist()}
+    assert grown_from == {tuple(full[j].tolist()) for j in (3, 4, 8, 9)}
