@@ -1,6 +1,6 @@
 """Per-fit comparison of two runs' JSON lines (``set``, ``seed``, ``inertia`` or ``end``,
-``wall``, ``ann_end``): the second's inertia over the first's, both walls, both
-annealed/end ratios, and per set the seeds the second run ends lower, equal and higher.
+``wall``, ``ann_end`` where recorded): the second's inertia over the first's, both walls,
+both annealed/end ratios, and per set the seeds the second run ends lower, equal and higher.
 
     python pairs.py large-k-lists.jsonl large-k-cell.jsonl
 """
@@ -30,11 +30,13 @@ def main() -> None:
         b = second[key]
         ratio = inertia(b) / inertia(a)
         tally[key[0]][0 if ratio < 1 else 1 if ratio == 1 else 2] += 1
-        print(
+        line = (
             f"{key[0]:26s} {key[1]}  {inertia(a):.6g} -> {inertia(b):.6g} ({ratio:.5f})"
             f"  wall {a['wall']:.2f} -> {b['wall']:.2f}"
-            f"  annealed/end {a['ann_end']:.3f} -> {b['ann_end']:.3f}"
         )
+        if "ann_end" in a and "ann_end" in b:  # scripts that record it
+            line += f"  annealed/end {a['ann_end']:.3f} -> {b['ann_end']:.3f}"
+        print(line)
     for name, (lower, same, higher) in tally.items():
         print(f"{name}: lower {lower}, equal {same}, higher {higher}")
 
