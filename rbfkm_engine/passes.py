@@ -934,24 +934,21 @@ class Workspace:
         search's trial) may start warm."""
         second = torch.empty_like(self.min_dist)
         kernel = self.kernel_for(C)
-        keep = kernel is not None and self._lloyd_bounds(C, kernel.direct(C.shape[1])) is not None
-        sums = None if kernel is None else self._lloyd_sums(C, warm=False)[:2]
+        if kernel is None:
+            self._forget_lloyd_state()
+            return second, self._summed(self._two_nearest_in_torch(C, second))
+        keep = self._lloyd_bounds(C, kernel.direct(C.shape[1])) is not None
+        sums = self._lloyd_sums(C, warm=False)[:2]
         listed = self._two_nearest_by_lists(C, second, sums)
         self._forget_lloyd_state()
-        if listed is not None:
-            inertia = listed
-        elif sums is not None:
-            inertia = self._fused_pass(C, ADD, *sums, second=second)
-        else:
-            inertia = self._two_nearest_in_torch(C, second)
-        if sums is not None:
-            # From the float64 sums, as a kernel Lloyd iteration's (the local search
-            # compares the two): the rows' float32 distances sum to a few 1e-5 of a
-            # tight fit's inertia at many centres.
-            inertia = self._inertia_of_sums(C, *sums)
-            if keep:
-                self._keep_lloyd_state(C, second, sums)
-        return second, self._summed(inertia)
+        if not listed:
+            self._fused_pass(C, ADD, *sums, second=second)
+        if keep:
+            self._keep_lloyd_state(C, second, sums)
+        # From the float64 sums, as a kernel Lloyd iteration's (the local search compares
+        # the two): the rows' float32 distances sum to a few 1e-5 of a tight fit's
+        # inertia at many centres.
+        return second, self._summed(self._inertia_of_sums(C, *sums))
 
     def _two_nearest_in_torch(self, C: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
         """:meth:`two_nearest` by torch ops: a top-2 of each block's distances."""
@@ -988,43 +985,40 @@ class Workspace:
         self,
         C: torch.Tensor,
         second: torch.Tensor,
-        sums: tuple[torch.Tensor, torch.Tensor] | None,
-    ) -> torch.Tensor | None:
-        """:meth:`two_nearest` from neighbour lists (:meth:`_neighbours`), or ``None``
-        where the last pass was not a bounded Lloyd pass at ``C``'s shape (whose labels
-        are the rows' starting centres) or the lists do not run. A row's scan of its
-        centre's list stops once the triangle inequality decides its nearest and second
-        nearest; both are then those of a scan of every centre (the same partial
-        distances), and a row it does not decide scans every centre. Every row is added
-        to ``sums`` where given. Returns the inertia (a float64 tensor)."""
+        sums: tuple[torch.Tensor, torch.Tensor],
+    ) -> bool:
+        """:meth:`two_nearest` from neighbour lists (:meth:`_neighbours`), every row added
+        to ``sums``; ``False`` (nothing done) where the last pass was not a bounded Lloyd
+        pass at ``C``'s shape (whose labels are the rows' starting centres) or the lists
+        do not run. A row's scan of its centre's list stops once the triangle inequality
+        decides its nearest and second nearest; both are then those of a scan of every
+        centre (the same partial distances), and a row it does not decide scans every
+        centre."""
         kernel, bounds = self.kernel_for(C), self._bounds
         if kernel is None or bounds is None or not bounds.usable(C):
-            return None
+            return False
         centres = kernel.centres(C, row_reduction_width(C.shape[0], C.device))
         neighbours = None if centres.CT is None else self._neighbours(C, centres)
         if neighbours is None:
-            return None
+            return False
         margin = bounds.margin_at(C)
 
-        def block(rows: slice) -> tuple[float, int, int, tuple[torch.Tensor, torch.Tensor] | None]:
-            part = None if sums is None else (torch.zeros_like(sums[0]), torch.zeros_like(sums[1]))
-            out = kernel.two_nearest_listed(
+        def block(rows: slice) -> tuple[int, int, tuple[torch.Tensor, torch.Tensor]]:
+            part = (torch.zeros_like(sums[0]), torch.zeros_like(sums[1]))
+            _, decided, scanned = kernel.two_nearest_listed(
                 self._rows(rows, second), centres, neighbours, margin, part
             )
-            return (*out, part)
+            return decided, scanned, part
 
-        total, decided, scanned = 0.0, 0, 0
+        decided, scanned = 0, 0
         blocks = self.map_blocks(block, self.scan_block_rows(centres))
-        for part, part_decided, part_scanned, part_sums in blocks:
-            total += part
+        for part_decided, part_scanned, (part_num, part_den) in blocks:
             decided += part_decided
             scanned += part_scanned
-            if sums is not None and part_sums is not None:
-                sums[0].add_(part_sums[0])
-                sums[1].add_(part_sums[1])
-        n, k = self.X.shape[0], C.shape[0]
-        self._neighbour_use.record(k, n, decided, scanned, made=self._neighbours_made)
-        return torch.tensor(total, dtype=torch.float64, device=C.device)
+            sums[0].add_(part_num)
+            sums[1].add_(part_den)
+        self.lists_used(self._neighbour_use, C.shape[0], decided, scanned)
+        return True
 
     def _summed(self, local: torch.Tensor) -> float:
         """A float64 scalar of this shard summed over every shard."""
