@@ -29,6 +29,9 @@
  * registers. */
 #define ROWS 4
 #define GROUPS 2
+/* Loops over ROWS, GROUPS and LANES unrolled in full: their sums then live in registers
+ * (GCC's tunings for AMD Zen unroll less and keep a row's accumulators in memory). */
+#define UNROLL _Pragma("GCC unroll 16")
 /* The machine epsilon of T, and the largest value of the signed integer type I. */
 #define EPS_OF(T) ((T)(sizeof(T) == sizeof(float) ? FLT_EPSILON : DBL_EPSILON))
 #define INDEX_MAX(I) ((I)((((uint64_t)1) << (sizeof(I) * 8 - 1)) - 1))
@@ -81,7 +84,7 @@
     /* a * b + c lane by lane, each lane as MUL_ADD rounds it (the compiler makes one vector   \
      * instruction of it where the target has one). */                                         \
     static inline __attribute__((always_inline)) V mul_add_##SUFFIX(T a, V b, V c) {           \
-        for (int l = 0; l < LANES; l++) c[l] = MUL_ADD(T, a, b[l], c[l]);                      \
+        UNROLL for (int l = 0; l < LANES; l++) c[l] = MUL_ADD(T, a, b[l], c[l]);               \
         return c;                                                                              \
     }                                                                                          \
                                                                                                \
@@ -91,18 +94,18 @@
     static inline __attribute__((always_inline)) void partials_##SUFFIX(                       \
         const T *const xs[ROWS], int64_t d, const T *restrict CT, const T *restrict c_sq,      \
         int64_t kp, int64_t j, const int G, V acc[ROWS][GROUPS]) {                             \
-        for (int g = 0; g < G; g++) {                                                          \
+        UNROLL for (int g = 0; g < G; g++) {                                                   \
             V start;                                                                           \
             memcpy(&start, c_sq + j + g * LANES, sizeof start);                                \
-            for (int r = 0; r < ROWS; r++) acc[r][g] = start;                                  \
+            UNROLL for (int r = 0; r < ROWS; r++) acc[r][g] = start;                           \
         }                                                                                      \
         for (int64_t t = 0; t < d; t++) {                                                      \
             V ct[GROUPS];                                                                      \
-            for (int g = 0; g < G; g++)                                                        \
+            UNROLL for (int g = 0; g < G; g++)                                                 \
                 memcpy(&ct[g], CT + t * kp + j + g * LANES, sizeof(V));                        \
-            for (int r = 0; r < ROWS; r++) {                                                   \
+            UNROLL for (int r = 0; r < ROWS; r++) {                                            \
                 const T x = xs[r][t];                                                          \
-                for (int g = 0; g < G; g++)                                                    \
+                UNROLL for (int g = 0; g < G; g++)                                             \
                     acc[r][g] = mul_add_##SUFFIX(x, ct[g], acc[r][g]);                         \
             }                                                                                  \
         }                                                                                      \
@@ -145,12 +148,12 @@
      * group repeats its last row in the rest: its results are not written). */                \
     static inline void row_group_##SUFFIX(const T *X, int64_t d, int64_t i, int rows,          \
                                           const T *xs[ROWS]) {                                 \
-        for (int r = 0; r < ROWS; r++) xs[r] = X + (i + (r < rows ? r : rows - 1)) * d;        \
+        UNROLL for (int r = 0; r < ROWS; r++) xs[r] = X + (i + (r < rows ? r : rows - 1)) * d; \
     }                                                                                          \
                                                                                                \
     static inline V##_index iota_##SUFFIX(void) {                                              \
         V##_index idx = {0};                                                                   \
-        for (int l = 0; l < LANES; l++) idx[l] = (I)l;                                         \
+        UNROLL for (int l = 0; l < LANES; l++) idx[l] = (I)l;                                  \
         return idx;                                                                            \
     }                                                                                          \
                                                                                                \
@@ -186,14 +189,14 @@
         int64_t kp, int64_t lab[ROWS], T out[ROWS], T *second) {                               \
         V best[ROWS], next[ROWS], acc[ROWS][GROUPS];                                           \
         V##_index at[ROWS], idx = iota_##SUFFIX();                                             \
-        for (int r = 0; r < ROWS; r++) {                                                       \
+        UNROLL for (int r = 0; r < ROWS; r++) {                                                \
             start_##SUFFIX(&best[r], &at[r]);                                                  \
             next[r] = best[r];                                                                 \
         }                                                                                      \
         for (int64_t j = 0; j < kp;) {                                                         \
             const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
-            for (int g = 0; g < G; g++) {                                                      \
-                for (int r = 0; r < ROWS; r++) {                                               \
+            UNROLL for (int g = 0; g < G; g++) {                                               \
+                UNROLL for (int r = 0; r < ROWS; r++) {                                        \
                     if (second)                                                                \
                         keep_two_##SUFFIX(acc[r][g], idx, &best[r], &at[r], &next[r]);         \
                     else                                                                       \
@@ -203,7 +206,7 @@
             }                                                                                  \
             j += G * LANES;                                                                    \
         }                                                                                      \
-        for (int r = 0; r < ROWS; r++) {                                                       \
+        UNROLL for (int r = 0; r < ROWS; r++) {                                                \
             lab[r] = reduce_##SUFFIX(best[r], at[r], &out[r]);                                 \
             if (second) second[r] = second_of_##SUFFIX(best[r], at[r], next[r], lab[r]);       \
         }                                                                                      \
@@ -456,7 +459,8 @@
                                            const int64_t *at, int rows, int64_t lab[ROWS],     \
                                            T p[ROWS], T p2[ROWS]) {                            \
         const T *xs[ROWS];                                                                     \
-        for (int r = 0; r < ROWS; r++) xs[r] = b->X + at[r < rows ? r : rows - 1] * b->d;      \
+        UNROLL for (int r = 0; r < ROWS; r++)                                                  \
+            xs[r] = b->X + at[r < rows ? r : rows - 1] * b->d;                                 \
         nearest_direct_##SUFFIX(xs, b->d, b->CT, b->c_sq, b->kp, lab, p, p2);                  \
     }                                                                                          \
                                                                                                \
@@ -527,7 +531,7 @@
             V s[GROUPS];                                                                       \
             V##_index near = {0};                                                              \
             const int G = j + GROUPS * LANES <= kp ? GROUPS : 1;                               \
-            for (int q = 0; q < G; q++) {                                                      \
+            UNROLL for (int q = 0; q < G; q++) {                                               \
                 s[q] = gaps4_from_##SUFFIX(CT, kp, d, ca, j + q * LANES);                      \
                 near |= s[q] <= limit;                                                         \
             }                                                                                  \
@@ -735,7 +739,7 @@
             }                                                                                  \
             const V s = list_partials_##SUFFIX(x, d, list, width, r);                          \
             V##_index idx;                                                                     \
-            for (int l = 0; l < LANES; l++) idx[l] = (I)order[r + l];                          \
+            UNROLL for (int l = 0; l < LANES; l++) idx[l] = (I)order[r + l];                   \
             const V##_index lower_idx = (s < best) | ((s == best) & (idx < at));               \
             const V bigger = select_##SUFFIX(lower_idx, best, s);                              \
             next = select_##SUFFIX(bigger < next, bigger, next);                               \
@@ -1525,11 +1529,11 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
                                        int64_t lab[ROWS], T dmin[ROWS]) {                      \
         V acc[ROWS][GROUPS], best[ROWS];                                                       \
         V##_index at[ROWS], idx = iota_##SUFFIX();                                             \
-        for (int r = 0; r < ROWS; r++) start_##SUFFIX(&best[r], &at[r]);                       \
+        UNROLL for (int r = 0; r < ROWS; r++) start_##SUFFIX(&best[r], &at[r]);                \
         for (int64_t j = 0; j < kp;) {                                                         \
             const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
-            for (int g = 0; g < G; g++) {                                                      \
-                for (int r = 0; r < ROWS; r++) {                                               \
+            UNROLL for (int g = 0; g < G; g++) {                                               \
+                UNROLL for (int r = 0; r < ROWS; r++) {                                        \
                     memcpy(part + r * kp + j + g * LANES, &acc[r][g], sizeof(V));              \
                     keep_min_##SUFFIX(acc[r][g], idx, &best[r], &at[r]);                       \
                 }                                                                              \
@@ -1537,7 +1541,8 @@ LLOYD_KERNELS(double, vdouble, int64_t, 4, f64, DBL_MIN)
             }                                                                                  \
             j += G * LANES;                                                                    \
         }                                                                                      \
-        for (int r = 0; r < ROWS; r++) lab[r] = reduce_##SUFFIX(best[r], at[r], &dmin[r]);     \
+        UNROLL for (int r = 0; r < ROWS; r++)                                                  \
+            lab[r] = reduce_##SUFFIX(best[r], at[r], &dmin[r]);                                \
     }                                                                                          \
                                                                                                \
     /* The ROWS rows from i (rows of them real) on direct distances: those whose anchor's      \
@@ -1669,12 +1674,12 @@ SOFT_PASS(double, vdouble, 4, f64)
                                         T join[ROWS], T own[ROWS]) {                           \
         V acc[ROWS][GROUPS], best[ROWS];                                                       \
         V##_index at[ROWS], idx = iota_##SUFFIX();                                             \
-        for (int r = 0; r < ROWS; r++) start_##SUFFIX(&best[r], &at[r]);                       \
+        UNROLL for (int r = 0; r < ROWS; r++) start_##SUFFIX(&best[r], &at[r]);                \
         for (int64_t j = 0; j < kp;) {                                                         \
             const int G = partials_from_##SUFFIX(xs, d, CT, c_sq, kp, j, acc);                 \
-            for (int g = 0; g < G; g++, idx += (I)LANES) {                                     \
+            UNROLL for (int g = 0; g < G; g++, idx += (I)LANES) {                              \
                 const int64_t col = j + g * LANES;                                             \
-                for (int r = 0; r < ROWS; r++) {                                               \
+                UNROLL for (int r = 0; r < ROWS; r++) {                                        \
                     const V##_index own_lane = (V##_index){0} + (I)lab[r];                     \
                     keep_join_##SUFFIX(acc[r][g], xsq[r], wi[r], mass, factor, col, own_lane,  \
                                        idx, &best[r], &at[r]);                                 \
@@ -1686,7 +1691,8 @@ SOFT_PASS(double, vdouble, 4, f64)
             }                                                                                  \
             j += G * LANES;                                                                    \
         }                                                                                      \
-        for (int r = 0; r < ROWS; r++) to[r] = reduce_##SUFFIX(best[r], at[r], &join[r]);      \
+        UNROLL for (int r = 0; r < ROWS; r++)                                                  \
+            to[r] = reduce_##SUFFIX(best[r], at[r], &join[r]);                                 \
     }                                                                                          \
                                                                                                \
     /* What row i of cluster l (mass M_l, its squared distance D_l, its weight wi) would       \
@@ -1756,7 +1762,8 @@ SOFT_PASS(double, vdouble, 4, f64)
             int64_t lab[ROWS], to[ROWS];                                                       \
             T xsq[ROWS], wi[ROWS], join[ROWS], own[ROWS];                                      \
             int decided[ROWS] = {0}; /* by the lists, moved or not */                          \
-            for (int r = 0; r < ROWS; r++) { /* the last group padded with its last row */     \
+            UNROLL for (int r = 0; r < ROWS; r++) {                                            \
+                /* the last group padded with its last row */                                  \
                 const int64_t row = i + (r < rows ? r : rows - 1);                             \
                 lab[r] = labels[row];                                                          \
                 xsq[r] = x_sq[row];                                                            \
