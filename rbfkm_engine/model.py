@@ -381,6 +381,32 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """
         self._validate_params()
         reducer = Reducer.of(process_group)
+        # Every torch op of the fit runs on this thread, its passes' blocks on the pool's
+        # (see parallel.BlockPool): an op parallelised on its own, such as framing the
+        # data, leaves torch's OpenMP workers spinning for milliseconds after it, on the
+        # cores the pool's threads then need.
+        with BlockPool(cpu_threads(resolve_device(self.device))) as pool:
+            framed, w, k, out_dtype = self._framed(X, sample_weight, reducer)
+            best = self._best_run(
+                framed,
+                w,
+                k,
+                check_random_state(self.random_state),
+                reducer.on_rank0(callback),
+                interrupter(should_stop),
+                pool,
+                reducer,
+            )
+        scale, origin = framed.scale, framed.origin
+        del framed  # the fit's copy of X, before predict may make its own (see _store)
+        self._store(best, scale, origin, X, sample_weight, out_dtype, reducer)
+        return self
+
+    def _framed(
+        self, X: Any, sample_weight: Any, reducer: Reducer
+    ) -> tuple[Framed, torch.Tensor | None, int, np.dtype]:
+        """``X`` validated and in the fit's frame, the sample weights, the centres to fit
+        and the data's float numpy dtype."""
         Xt, out_dtype = self._to_tensor(
             X, reset=True, dtype=_DTYPES[self.dtype], allow_empty=reducer.active
         )
@@ -406,20 +432,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             framed = onto_sphere(Xt, X, w, reducer)
         else:
             framed = into_fit_frame(Xt, X, w, top, reducer)
-        del Xt
-        best = self._best_run(
-            framed,
-            w,
-            k,
-            check_random_state(self.random_state),
-            reducer.on_rank0(callback),
-            interrupter(should_stop),
-            reducer,
-        )
-        scale, origin = framed.scale, framed.origin
-        del framed  # the fit's copy of X, before predict may make its own (see _store)
-        self._store(best, scale, origin, X, sample_weight, out_dtype, reducer)
-        return self
+        return framed, w, k, out_dtype
 
     def _cosine(self) -> bool:
         """Whether the fit compares rows by direction (``metric="cosine"``)."""
@@ -438,11 +451,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         rng: np.random.RandomState,
         callback: Callback | None,
         check: Interrupt,
+        pool: BlockPool,
         reducer: Reducer = LOCAL,
     ) -> SolverResult:
         """The ``n_init`` runs of the solver on the framed data; the lowest inertia wins.
-        ``check``: the stop check every phase calls between its blocks. Over shards
-        (``reducer``) every rank draws rank 0's seeds."""
+        ``check``: the stop check every phase calls between its blocks; ``pool``: the
+        threads the passes' blocks run on. Over shards (``reducer``) every rank draws
+        rank 0's seeds."""
         Xt = framed.X
         # Mean per-feature variance: trace of the covariance / d.
         tol = float(self.tol) * framed.spread / Xt.shape[1]
@@ -464,50 +479,49 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             float(self.overshoot),
             colder_temperatures(params, temperatures, budget),
         )
-        with BlockPool(cpu_threads(Xt.device)) as pool:
-            chunk = self._chunk(Xt, k)
-            auto = self._auto_k(Xt, mean, cov, rng, check, reducer)
-            n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
-            best: SolverResult | None = None
-            iterations_done = 0
-            for run in range(n_init):
-                generator = torch.Generator(device=Xt.device)
-                seed = reducer.broadcast_ints([rng.randint(np.iinfo(np.int32).max)])[0]
-                generator.manual_seed(seed)
-                C0 = (
-                    None
-                    if grow
-                    else self._initial_centres(framed, w, generator, check, pool, reducer, k)
-                )
-                budget = Budget(
-                    int(self.max_iter),
-                    unscaled_callback(callback, dscale),
-                    offset=run / n_init,
-                    scale=1.0 / n_init,
-                    iteration_offset=iterations_done,
-                )
-                passes = Workspace(
-                    Xt,
-                    w,
-                    k,
-                    chunk,
-                    framed.x_sq,
-                    precision=self.matmul_precision,
-                    check=check,
-                    pool=pool,
-                    reducer=reducer,
-                )
-                passes.sphere = self._cosine()
-                verbose = bool(self.verbose) and reducer.rank == 0
-                ctx = FitContext(passes, budget, tol, generator, verbose=verbose)
-                result = solve(ctx, schedule, C0, cov, auto)
-                iterations_done += result.n_iter
-                if best is None or result.inertia < best.inertia:
-                    best = result
-                if result.stopped_early:
-                    break
-            assert best is not None
-            return best
+        chunk = self._chunk(Xt, k)
+        auto = self._auto_k(Xt, mean, cov, rng, check, reducer)
+        n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
+        best: SolverResult | None = None
+        iterations_done = 0
+        for run in range(n_init):
+            generator = torch.Generator(device=Xt.device)
+            seed = reducer.broadcast_ints([rng.randint(np.iinfo(np.int32).max)])[0]
+            generator.manual_seed(seed)
+            C0 = (
+                None
+                if grow
+                else self._initial_centres(framed, w, generator, check, pool, reducer, k)
+            )
+            budget = Budget(
+                int(self.max_iter),
+                unscaled_callback(callback, dscale),
+                offset=run / n_init,
+                scale=1.0 / n_init,
+                iteration_offset=iterations_done,
+            )
+            passes = Workspace(
+                Xt,
+                w,
+                k,
+                chunk,
+                framed.x_sq,
+                precision=self.matmul_precision,
+                check=check,
+                pool=pool,
+                reducer=reducer,
+            )
+            passes.sphere = self._cosine()
+            verbose = bool(self.verbose) and reducer.rank == 0
+            ctx = FitContext(passes, budget, tol, generator, verbose=verbose)
+            result = solve(ctx, schedule, C0, cov, auto)
+            iterations_done += result.n_iter
+            if best is None or result.inertia < best.inertia:
+                best = result
+            if result.stopped_early:
+                break
+        assert best is not None
+        return best
 
     def _auto_k(
         self,

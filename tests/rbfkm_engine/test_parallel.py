@@ -1,6 +1,6 @@
 """The block pool: blocks in order, errors raised, block sizes; passes and fits whose
-blocks run on several threads give exactly the answers of one thread; the caller's
-thread count is back after a fit."""
+blocks run on several threads give exactly the answers of one thread; a fit's own torch
+ops run on one thread, and the caller's thread count is back after it."""
 
 from __future__ import annotations
 
@@ -138,6 +138,31 @@ def test_a_fit_on_two_threads_equals_one_thread(assignment: str) -> None:
     np.testing.assert_array_equal(one.labels_, two.labels_)
     np.testing.assert_array_equal(one.cluster_centers_, two.cluster_centers_)
     assert one.inertia_ == two.inertia_ and one.history_ == two.history_
+
+
+def test_a_fit_frames_its_data_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Framing runs inside the fit's pool, with torch on the caller's thread alone: an op
+    parallelised on its own leaves torch's OpenMP workers spinning on the cores the
+    pool's blocks then need."""
+    import rbfkm_engine.model as model_module
+
+    seen: list[int] = []
+    frame = model_module.into_fit_frame
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append(torch.get_num_threads())
+        return frame(*args, **kwargs)
+
+    monkeypatch.setattr(model_module, "into_fit_frame", recording)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        X = np.random.default_rng(0).normal(size=(500, 3))
+        RBFKMeans(3, assignment="hard", random_state=0, device="cpu").fit(X)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
 
 
 def test_map_runs_at_most_two_blocks_per_thread_ahead() -> None:
