@@ -22,14 +22,22 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .distances import squared_norms
 
+if TYPE_CHECKING:
+    from .native import LloydKernel
+
 #: Centres whose gaps to the others are computed at a time (a block of that many rows
 #: against every centre), so the gaps of 16 000 centres need no ``k x k`` matrix.
 GAP_BLOCK = 1024
+#: Up to this many multiply-adds (``k^2 d``) the kernel computes the centres' gaps from
+#: their differences with their moves, one call for a dozen torch ops; beyond, a GEMM per
+#: block of centres (:func:`half_gaps`) is the faster.
+DIRECT_GAP_MAX_WORK = 1 << 18
 
 
 def squared_rounding_error(
@@ -74,7 +82,10 @@ class Bounds:
     on the distance to the row's centre plus the margin; ``lower``: on the distance to any
     other; distances, not squared)."""
 
-    def __init__(self, x_sq: torch.Tensor) -> None:
+    def __init__(self, x_sq: torch.Tensor, kernel: LloydKernel | None = None) -> None:
+        """``kernel``: the fit's, which computes the drift where it runs (the centres
+        of its type, on the CPU); ``None``: torch ops."""
+        self.kernel = kernel
         self.upper = torch.empty_like(x_sq)
         self.lower = torch.empty_like(x_sq)
         self.centres: torch.Tensor | None = None
@@ -111,8 +122,11 @@ class Bounds:
         ``nearest_gap``: each centre's distance to its nearest other, where the caller
         has it (else computed here)."""
         assert self.centres is not None
-        own = (C - self.centres).square_().sum(dim=1).sqrt_()
-        self.centres = C.clone()
+        old, self.centres = self.centres, C.clone()
+        kernel = self.kernel
+        if kernel is not None and C.dtype == kernel.dtype and C.device.type == "cpu":
+            return self._kernel_drift(kernel, C, old, nearest_gap)
+        own = (C - old).square_().sum(dim=1).sqrt_()
         others = torch.zeros_like(own)
         if own.shape[0] > 1:
             top, where = torch.topk(own, 2)
@@ -120,6 +134,26 @@ class Bounds:
             others[where[0]] = top[1]
         half_gap = half_gaps(C) if nearest_gap is None else nearest_gap.mul(0.5)
         return Drift(own, others, half_gap.sub_(self.margin))
+
+    def _kernel_drift(
+        self,
+        kernel: LloydKernel,
+        C: torch.Tensor,
+        old: torch.Tensor,
+        nearest_gap: torch.Tensor | None,
+    ) -> Drift:
+        """:meth:`drift` by the kernel: the moves in one call, with the gaps where the
+        centres are few (:data:`DIRECT_GAP_MAX_WORK`). Its moves are rounded up and its
+        gaps down, from float64 differences: bounds at least as safe as the torch ops'."""
+        k, d = C.shape
+        gaps = nearest_gap is None and k * k * d <= DIRECT_GAP_MAX_WORK
+        own, others, half_gap = kernel.centre_drift(
+            C.contiguous(), old.contiguous(), self.margin, gaps
+        )
+        if not gaps:
+            half_gap.copy_(half_gaps(C) if nearest_gap is None else nearest_gap.mul(0.5))
+            half_gap.sub_(self.margin)
+        return Drift(own, others, half_gap)
 
     def fill_distances(
         self,

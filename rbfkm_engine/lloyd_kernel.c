@@ -49,6 +49,10 @@
 /* The square root of x in T's own precision (a float's root through a double rounds to
  * the same float, at twice the latency). */
 #define ROOT(T, x) (sizeof(T) == sizeof(float) ? (T)sqrtf((float)(x)) : (T)sqrt((double)(x)))
+/* The next T after x towards dir. */
+#define NEXT_TOWARD(T, x, dir)                                                                 \
+    (sizeof(T) == sizeof(float) ? (T)nextafterf((float)(x), (float)(dir))                      \
+                                : (T)nextafter((double)(x), (double)(dir)))
 
 #define LLOYD_KERNELS(T, V, I, LANES, SUFFIX, TINY)                                            \
     typedef T V __attribute__((vector_size(sizeof(T) * LANES)));                               \
@@ -388,6 +392,54 @@
         return total;                                                                          \
     }                                                                                          \
                                                                                                \
+    /* v rounded to T upwards and downwards (a bound that stays a bound). */                   \
+    static inline T round_up_##SUFFIX(double v) {                                              \
+        const T r = (T)v;                                                                      \
+        return (double)r < v ? NEXT_TOWARD(T, r, INFINITY) : r;                                \
+    }                                                                                          \
+    static inline T round_down_##SUFFIX(double v) {                                            \
+        const T r = (T)v;                                                                      \
+        return (double)r > v ? NEXT_TOWARD(T, r, -INFINITY) : r;                               \
+    }                                                                                          \
+                                                                                               \
+    /* How the k centres C (k x d) moved from old: own[j] = ||c_j - old_j|| and others[j],     \
+     * the largest move of any other centre (0 alone), rounded up; with gaps, half_gap[j],     \
+     * half the distance from c_j to its nearest other (+inf alone) less margin, rounded       \
+     * down (else the caller fills it). In float64 from the differences, k^2 d               \
+     * multiply-adds for the gaps: for a few centres, a dozen torch ops in one call. */        \
+    void centre_drift_##SUFFIX(const T *restrict C, const T *restrict old, int64_t k,          \
+                               int64_t d, int gaps, T margin, T *restrict own,                 \
+                               T *restrict others, T *restrict half_gap) {                     \
+        int64_t top = 0;                                                                       \
+        for (int64_t j = 0; j < k; j++) {                                                      \
+            double s = 0.0;                                                                    \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                const double e = (double)C[j * d + t] - (double)old[j * d + t];                \
+                s += e * e;                                                                    \
+            }                                                                                  \
+            own[j] = round_up_##SUFFIX(sqrt(s));                                               \
+            if (own[j] > own[top]) top = j;                                                    \
+        }                                                                                      \
+        T next = 0;                                                                            \
+        for (int64_t j = 0; j < k; j++)                                                        \
+            if (j != top && own[j] > next) next = own[j];                                      \
+        for (int64_t j = 0; j < k; j++) others[j] = j == top ? next : own[top];                \
+        if (k == 1) others[0] = 0;                                                             \
+        if (!gaps) return;                                                                     \
+        for (int64_t j = 0; j < k; j++) {                                                      \
+            double least = INFINITY;                                                           \
+            for (int64_t i = 0; i < k; i++) {                                                  \
+                if (i == j) continue;                                                          \
+                double s = 0.0;                                                                \
+                for (int64_t t = 0; t < d; t++) {                                              \
+                    const double e = (double)C[i * d + t] - (double)C[j * d + t];              \
+                    s += e * e;                                                                \
+                }                                                                              \
+                least = s < least ? s : least;                                                 \
+            }                                                                                  \
+            half_gap[j] = round_down_##SUFFIX(0.5 * sqrt(least) - (double)margin);             \
+        }                                                                                      \
+    }                                                                                          \
     /* Row i's lower bound moved by the centres' drift: every other centre moved at most       \
      * others[a] (a: its old centre); with neighbour lists, those in a's list at most near[a]  \
      * and those left out are at least tail[a] - u from the row (u: a bound on its distance    \

@@ -209,6 +209,9 @@ def library() -> ctypes.CDLL | None:
                 fn.argtypes = [_P, _I, _I, _P, _P, _SCALAR[dtype], _I, _P]
                 fn = getattr(lib, f"weighted_sum_sq_{suffix}")
                 fn.restype, fn.argtypes = ctypes.c_double, [_P, _I, _I, _P]
+                fn = getattr(lib, f"centre_drift_{suffix}")
+                fn.restype = None
+                fn.argtypes = [_P, _P, _I, _I, ctypes.c_int, _SCALAR[dtype], _P, _P, _P]
                 fn = getattr(lib, f"hartigan_batch_{suffix}")
                 fn.restype = ctypes.c_int64
                 fn.argtypes = [*_ARGTYPES[:10], _P, _SCALAR[dtype], *[_P] * 5, _I]
@@ -452,6 +455,7 @@ class LloydKernel:
         self._farthest = getattr(lib, f"farthest_picks_{_SUFFIX[dtype]}")
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._sum_sq = getattr(lib, f"weighted_sum_sq_{_SUFFIX[dtype]}")
+        self._drift = getattr(lib, f"centre_drift_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
         self._soft = getattr(lib, f"soft_block_{_SUFFIX[dtype]}")
         self._soft_scratch = lib.soft_scratch
@@ -738,6 +742,29 @@ class LloydKernel:
         ``None`` for all 1), in float64 without a float64 copy of ``X``."""
         m, d = X.shape
         return float(self._sum_sq(X.data_ptr(), m, d, None if w is None else w.data_ptr()))
+
+    def centre_drift(
+        self, C: torch.Tensor, old: torch.Tensor, margin: float, gaps: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """How the centres ``C`` moved from ``old`` (both contiguous, the kernel's type):
+        each one's move and the largest move of any other, rounded up, and, with ``gaps``,
+        half its distance to the nearest other less ``margin``, rounded down (else the
+        third tensor is left for the caller to fill); see :class:`~rbfkm_engine.bounds.Drift`.
+        """
+        k, d = C.shape
+        own, others, half_gap = torch.empty((3, k), dtype=C.dtype).unbind()
+        self._drift(
+            C.data_ptr(),
+            old.data_ptr(),
+            k,
+            d,
+            int(gaps),
+            margin,
+            own.data_ptr(),
+            others.data_ptr(),
+            half_gap.data_ptr(),
+        )
+        return own, others, half_gap
 
     def hartigan_batch(
         self,

@@ -640,7 +640,7 @@ class Workspace:
         if not direct or C.shape[0] < 2:
             return None
         if self._bounds is None:
-            self._bounds = Bounds(self.x_sq)
+            self._bounds = Bounds(self.x_sq, self.kernel)
         return self._bounds
 
     def _bounded_pass(

@@ -41,6 +41,37 @@ def test_drift_gives_each_centre_the_largest_move_of_the_others() -> None:
     assert torch.equal(b.centres, moved)
 
 
+@needs_compiler
+@pytest.mark.parametrize("k", (1, 2, 17, 300))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+def test_the_kernels_drift_bounds_the_exact_moves_and_gaps(k: int, dtype: torch.dtype) -> None:
+    """The kernel's moves are the exact ones rounded up and its half gaps the exact ones
+    rounded down (less the margin), in float64; with 300 centres the gaps come from
+    :func:`half_gaps` instead, as the torch ops give them."""
+    gen = torch.Generator().manual_seed(k)
+    X = torch.randn(64, 5, generator=gen, dtype=dtype)
+    C = torch.randn(k, 5, generator=gen, dtype=dtype) * 3
+    moved = C + torch.randn(k, 5, generator=gen, dtype=dtype) * 0.1
+    kernel = native.lloyd_kernel(X, None)
+    assert kernel is not None
+    b, reference = Bounds(X.square().sum(dim=1), kernel), Bounds(X.square().sum(dim=1))
+    for bounds in (b, reference):
+        bounds.start(C)
+    drift, expected = b.drift(moved), reference.drift(moved)
+    own = (moved.double() - C.double()).norm(dim=1)
+    assert (drift.own.double() >= own).all()
+    torch.testing.assert_close(drift.own, expected.own)
+    torch.testing.assert_close(drift.others, expected.others)
+    top = own.topk(2).values if k > 1 else torch.zeros(2, dtype=torch.float64)
+    assert (drift.others.double() >= torch.where(own == top[0], top[1], top[0])).all()
+    if k <= 17:
+        gaps = torch.cdist(moved.double(), moved.double()).fill_diagonal_(float("inf"))
+        exact = gaps.min(dim=1).values / 2 - b.margin
+        assert (drift.half_gap.double() <= exact).all()
+    torch.testing.assert_close(drift.half_gap, expected.half_gap)
+    assert torch.equal(b.centres, moved)
+
+
 def test_near_drift_is_the_largest_move_in_each_list() -> None:
     own = torch.tensor([0.5, 0.0, 2.0, 0.25])
     order = torch.tensor([[1, 3], [0, 3], [3, -1], [-1, -1]], dtype=torch.int32)
