@@ -132,8 +132,13 @@ class Bounds:
             top, where = torch.topk(own, 2)
             others.fill_(float(top[0]))
             others[where[0]] = top[1]
+        return Drift(own, others, self._half_gaps(C, nearest_gap))
+
+    def _half_gaps(self, C: torch.Tensor, nearest_gap: torch.Tensor | None) -> torch.Tensor:
+        """Half each centre's gap to its nearest other (``nearest_gap``'s where given,
+        else :func:`half_gaps`), less the margin."""
         half_gap = half_gaps(C) if nearest_gap is None else nearest_gap.mul(0.5)
-        return Drift(own, others, half_gap.sub_(self.margin))
+        return half_gap.sub_(self.margin)
 
     def _kernel_drift(
         self,
@@ -150,10 +155,7 @@ class Bounds:
         own, others, half_gap = kernel.centre_drift(
             C.contiguous(), old.contiguous(), self.margin, gaps
         )
-        if not gaps:
-            half_gap.copy_(half_gaps(C) if nearest_gap is None else nearest_gap.mul(0.5))
-            half_gap.sub_(self.margin)
-        return Drift(own, others, half_gap)
+        return Drift(own, others, half_gap if gaps else self._half_gaps(C, nearest_gap))
 
     def fill_distances(
         self,

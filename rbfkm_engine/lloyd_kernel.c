@@ -424,7 +424,6 @@
         for (int64_t j = 0; j < k; j++)                                                        \
             if (j != top && own[j] > next) next = own[j];                                      \
         for (int64_t j = 0; j < k; j++) others[j] = j == top ? next : own[top];                \
-        if (k == 1) others[0] = 0;                                                             \
         if (!gaps) return;                                                                     \
         for (int64_t j = 0; j < k; j++) {                                                      \
             double least = INFINITY;                                                           \
