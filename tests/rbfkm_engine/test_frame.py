@@ -63,10 +63,10 @@ def test_a_scale_is_one_or_the_power_of_two_into_half_one(
     limit = LIMITS[dtype]
     if 1.0 / limit <= top <= limit:
         assert scale == 1.0
-    elif top >= 2.0**-1022:
+    elif top >= 2.0**-1024:  # 2^1023 (the largest finite power of two) or less does it
         assert is_power_of_two(scale)
         assert 0.5 <= top * scale < 1.0
-    else:  # float64 subnormals: the largest finite power of two, into the safe range
+    else:  # smaller float64 subnormals: the largest finite power of two, into the safe range
         assert scale == 2.0**1023
         assert 1.0 / limit <= top * scale < 0.5
 
