@@ -32,6 +32,9 @@
 /* Loops over ROWS, GROUPS and LANES unrolled in full: their sums then live in registers
  * (GCC's tunings for AMD Zen unroll less and keep a row's accumulators in memory). */
 #define UNROLL _Pragma("GCC unroll 16")
+/* Rows whose moved bounds a warm bounded pass tests at a time, before it labels the few
+ * that fail (lloyd_bounded). */
+#define BOUND_SPAN 256
 /* The machine epsilon of T, and the largest value of the signed integer type I. */
 #define EPS_OF(T) ((T)(sizeof(T) == sizeof(float) ? FLT_EPSILON : DBL_EPSILON))
 #define INDEX_MAX(I) ((I)((((uint64_t)1) << (sizeof(I) * 8 - 1)) - 1))
@@ -453,35 +456,72 @@
         return listed < outside ? listed : outside;                                            \
     }                                                                                          \
                                                                                                \
-    /* Whether row i's bounds, moved by the centres' drift (lloyd_bounded), still show its     \
-     * label; upper and lower are updated (upper tightened to the exact distance when the      \
-     * moved bound alone does not show it). near, tail, width: see moved_lower (near NULL:     \
-     * no lists). */                                                                           \
-    static inline int bounds_hold_##SUFFIX(const T *restrict xi, int64_t d,                    \
-                                           const T *restrict CT, int64_t kp, int64_t old,      \
-                                           T *restrict upper, T *restrict lower,               \
+    /* Row i's bounds set to u (upper) and, from before (its lower bound before the move),     \
+     * the moved lower (moved_lower: a its old centre); whether they no longer show its        \
+     * label. near, tail, width: see moved_lower (near NULL: no lists). */                     \
+    static inline int fails_##SUFFIX(T u, T before, int64_t a, const T *restrict others,       \
+                                     const T *restrict near, const T *restrict tail,           \
+                                     int64_t width, const T *restrict half_gap,                \
+                                     T *restrict upper, T *restrict lower) {                   \
+        const T l = moved_lower_##SUFFIX(before, a, u, others, near, tail, width);             \
+        const T limit = l > half_gap[a] ? l : half_gap[a];                                     \
+        *upper = u;                                                                            \
+        *lower = l;                                                                            \
+        return u > limit;                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* The rows of [i0, i1) whose bounds, moved by the centres' drift (lloyd_bounded), no      \
+     * longer show their label, into fail (their lower bounds before the move into was), with  \
+     * no branch: a row's test is a few loads, and a branch per row mispredicts as often as    \
+     * half the rows fail. Every row's bounds are moved. Returns how many failed. */           \
+    static inline int64_t failing_##SUFFIX(const int64_t *restrict labels, int64_t i0,         \
+                                           int64_t i1, T *restrict upper, T *restrict lower,   \
                                            const T *restrict own, const T *restrict others,    \
                                            const T *restrict near, const T *restrict tail,     \
                                            int64_t width, const T *restrict half_gap,          \
-                                           T margin) {                                         \
-        T u = *upper + own[old];                                                               \
-        T l = moved_lower_##SUFFIX(*lower, old, u, others, near, tail, width);                 \
-        T limit = l > half_gap[old] ? l : half_gap[old];                                       \
-        if (u > limit) { /* tighten: the exact distance to its own centre */                   \
-            T s = 0;                                                                           \
-            for (int64_t t = 0; t < d; t++) {                                                  \
-                const T diff = xi[t] + (T)0.5 * CT[t * kp + old];                              \
-                s += diff * diff;                                                              \
-            }                                                                                  \
-            u = ROOT(T, s) + margin;                                                           \
-            l = moved_lower_##SUFFIX(*lower, old, u, others, near, tail, width);               \
-            limit = l > half_gap[old] ? l : half_gap[old];                                     \
+                                           int64_t *restrict fail, T *restrict was) {          \
+        int64_t n = 0;                                                                         \
+        for (int64_t i = i0; i < i1; i++) {                                                    \
+            const int64_t a = labels[i];                                                       \
+            const T before = lower[i];                                                         \
+            fail[n] = i;                                                                       \
+            was[n] = before;                                                                   \
+            n += fails_##SUFFIX(upper[i] + own[a], before, a, others, near, tail, width,       \
+                                half_gap, upper + i, lower + i);                               \
         }                                                                                      \
-        *lower = l;                                                                            \
-        *upper = u;                                                                            \
-        return u <= limit;                                                                     \
+        return n;                                                                              \
     }                                                                                          \
                                                                                                \
+    /* Of the rows fail[0..failed) whose moved bounds failed (failing), those that still       \
+     * fail once their upper bound is tightened to their exact distance to their centre,       \
+     * kept in fail in order; returns how many. Their bounds are updated (the lower moved      \
+     * again from was). No branch per row, as in failing: the rows' distances and roots        \
+     * overlap rather than wait on each other. */                                              \
+    static inline int64_t still_failing_##SUFFIX(const T *restrict X, int64_t d,               \
+                                                 const T *restrict CT, int64_t kp,             \
+                                                 const int64_t *restrict labels,               \
+                                                 T *restrict upper, T *restrict lower,         \
+                                                 const T *restrict others,                     \
+                                                 const T *restrict near,                       \
+                                                 const T *restrict tail, int64_t width,        \
+                                                 const T *restrict half_gap, T margin,         \
+                                                 int64_t *restrict fail,                       \
+                                                 const T *restrict was, int64_t failed) {      \
+        int64_t n = 0;                                                                         \
+        for (int64_t f = 0; f < failed; f++) {                                                 \
+            const int64_t i = fail[f], a = labels[i];                                          \
+            const T *restrict xi = X + i * d;                                                  \
+            T s = 0;                                                                           \
+            for (int64_t t = 0; t < d; t++) {                                                  \
+                const T diff = xi[t] + (T)0.5 * CT[t * kp + a];                                \
+                s += diff * diff;                                                              \
+            }                                                                                  \
+            fail[n] = i;                                                                       \
+            n += fails_##SUFFIX(ROOT(T, s) + margin, was[f], a, others, near, tail, width,     \
+                                half_gap, upper + i, lower + i);                               \
+        }                                                                                      \
+        return n;                                                                              \
+    }                                                                                          \
     /* What a bounded pass's helpers share: the block's rows, the centres, the per-row         \
      * state they write (labels, min_dist, the bounds) and the sums. */                        \
     struct bounded_##SUFFIX {                                                                  \
@@ -517,8 +557,8 @@
                                                                                                \
     /* Label the rows (up to ROWS of them, indices at) whose bounds failed against every       \
      * centre: min_dist, the bounds from the nearest and second-nearest, the labels and the    \
-     * sums. */                                                                                \
-    static inline void relabel_##SUFFIX(const struct bounded_##SUFFIX *b, int start,           \
+     * sums (mode as finish_row's). */                                                         \
+    static inline void relabel_##SUFFIX(const struct bounded_##SUFFIX *b, int mode,            \
                                         const int64_t *at, int rows) {                         \
         int64_t lab[ROWS];                                                                     \
         T p[ROWS], p2[ROWS];                                                                   \
@@ -527,7 +567,7 @@
             const int64_t i = at[r];                                                           \
             T dist2 = p2[r] + b->x_sq[i];                                                      \
             dist2 = dist2 < (T)0 ? (T)0 : dist2;                                               \
-            bound_row_##SUFFIX(b, start ? 0 : 1, i, lab[r], p[r], ROOT(T, dist2));             \
+            bound_row_##SUFFIX(b, mode, i, lab[r], p[r], ROOT(T, dist2));                      \
         }                                                                                      \
     }                                                                                          \
                                                                                                \
@@ -846,8 +886,9 @@
                                                                                                \
     /* A Lloyd pass over a block with Hamerly's bounds (direct distances only). upper: a       \
      * bound on the distance (not squared) to the row's centre plus the margin; lower: on      \
-     * the distance to any other. start != 0: every row labelled and its bounds set, every     \
-     * row added to the sums. start == 0: the bounds moved by the centres' drift (own: how     \
+     * the distance to any other. start 1: every row labelled and its bounds set, every row    \
+     * added to the sums; start 2: the same, the rows whose label changed moved between the    \
+     * sums (those of the labels). start 0: the bounds moved by the centres' drift (own: how   \
      * far each centre moved; others: the farthest any other did; half_gap: half the           \
      * distance to the nearest other centre, less the margin), and only the rows whose         \
      * bounds fail are labelled again (their min_dist set) and, if their label changed,        \
@@ -873,25 +914,38 @@
                                            .min_dist = min_dist, .upper = upper,               \
                                            .lower = lower, .margin = margin, .num = num,       \
                                            .den = den};                                        \
-        int64_t relabelled = 0, by_lists = 0, scanned = 0, pending[ROWS];                      \
+        int64_t relabelled = 0, by_lists = 0, scanned = 0, pending[ROWS], fail[BOUND_SPAN];    \
+        T was[BOUND_SPAN];                                                                     \
+        const T *lists_near = nb ? near : NULL;                                                \
+        const int mode = start == 1 ? 0 : 1; /* finish_row's: add every row, or move */       \
         int waiting = 0;                                                                       \
-        for (int64_t i = 0; i < m; i++) {                                                      \
-            if (!start && bounds_hold_##SUFFIX(X + i * d, d, CT, kp, labels[i], upper + i,     \
-                                               lower + i, own, others, nb ? near : NULL, gap,  \
-                                               width, half_gap, margin))                       \
-                continue;                                                                      \
-            relabelled++;                                                                      \
-            if (!start && nb &&                                                                \
-                by_neighbours_##SUFFIX(&b, nb, order, gap, width, i, &scanned)) {              \
-                by_lists++;                                                                    \
-                continue;                                                                      \
+        for (int64_t i0 = 0; i0 < m; i0 += BOUND_SPAN) {                                       \
+            const int64_t i1 = i0 + BOUND_SPAN < m ? i0 + BOUND_SPAN : m;                      \
+            int64_t failed = i1 - i0;                                                          \
+            if (start) {                                                                       \
+                for (int64_t f = 0; f < failed; f++) fail[f] = i0 + f;                         \
+            } else {                                                                           \
+                failed = failing_##SUFFIX(labels, i0, i1, upper, lower, own, others,           \
+                                          lists_near, gap, width, half_gap, fail, was);        \
+                failed = still_failing_##SUFFIX(X, d, CT, kp, labels, upper, lower, others,    \
+                                                lists_near, gap, width, half_gap, margin,      \
+                                                fail, was, failed);                            \
             }                                                                                  \
-            pending[waiting++] = i;                                                            \
-            if (waiting < ROWS) continue;                                                      \
-            relabel_##SUFFIX(&b, start, pending, waiting);                                     \
-            waiting = 0;                                                                       \
+            relabelled += failed;                                                              \
+            for (int64_t f = 0; f < failed; f++) {                                             \
+                const int64_t i = fail[f];                                                     \
+                if (!start && nb &&                                                            \
+                    by_neighbours_##SUFFIX(&b, nb, order, gap, width, i, &scanned)) {          \
+                    by_lists++;                                                                \
+                    continue;                                                                  \
+                }                                                                              \
+                pending[waiting++] = i;                                                        \
+                if (waiting < ROWS) continue;                                                  \
+                relabel_##SUFFIX(&b, mode, pending, waiting);                                  \
+                waiting = 0;                                                                   \
+            }                                                                                  \
         }                                                                                      \
-        if (waiting) relabel_##SUFFIX(&b, start, pending, waiting);                            \
+        if (waiting) relabel_##SUFFIX(&b, mode, pending, waiting);                             \
         if (counts) {                                                                          \
             counts[0] = by_lists;                                                              \
             counts[1] = scanned;                                                               \
