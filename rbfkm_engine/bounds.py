@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .distances import squared_norms
+from .pauses import Pause
 
 if TYPE_CHECKING:
     from .native import LloydKernel
@@ -38,6 +39,19 @@ GAP_BLOCK = 1024
 #: their differences with their moves, one call for a dozen torch ops; beyond, a GEMM per
 #: block of centres (:func:`half_gaps`) is the faster.
 DIRECT_GAP_MAX_WORK = 1 << 18
+#: What the kernel's Lloyd passes cost, in multiply-adds of a row's distances, for
+#: :class:`BoundsUse` (measured on 3 to 32 features, benchmarks/README.md, "Bounds that
+#: pay"): a pass without bounds costs ``SCAN_ROW_COST`` per row beyond its ``width x d``
+#: products (its nearest centre, the sums); with them every row's bounds are moved and
+#: tested (``BOUND_ROW_COST``), and a row they do not keep costs ``RELABEL_COST`` times a
+#: row of the pass without (its second-nearest centre too, and both roots).
+SCAN_ROW_COST = 300
+BOUND_ROW_COST = 240
+RELABEL_COST = 1.6
+#: Passes without bounds after a pass where they did not pay, doubling each time up to
+#: ``BOUNDS_PAUSE_MAX``: trying them again costs a pass that sets every row's.
+BOUNDS_PAUSE = 2
+BOUNDS_PAUSE_MAX = 16
 
 
 def squared_rounding_error(
@@ -172,6 +186,42 @@ class Bounds:
             for rows in blocks():
                 out[rows] = (X[rows] - self.centres[labels[rows]]).square_().sum(dim=1)
             self.stale = False
+
+
+class BoundsUse:
+    """Whether the kernel's Lloyd passes keep Hamerly's bounds, from what the last warm
+    pass with them cost against a pass without.
+
+    A pass with bounds moves and tests every row's, and labels again only the rows they
+    do not keep; one without labels every row, at less cost a row. Where the centres move
+    far (the first iterations from a random start) or the rows' distances are cheap (few
+    centres, few features), most rows fail their bounds and the pass without is the
+    faster. After a pass where the bounds did not pay (:data:`SCAN_ROW_COST` and the
+    constants beside it), the next :data:`BOUNDS_PAUSE` passes go without (twice as many
+    after each further such pass, up to :data:`BOUNDS_PAUSE_MAX`: :mod:`.pauses`), then a
+    pass sets every row's bounds and the next shows whether they pay. The choice depends
+    on counts, not on timings, so a fit's passes are the same from run to run; and it
+    changes the speed, not the labels (a row kept by its bounds is one every centre's
+    distances keep)."""
+
+    def __init__(self) -> None:
+        self._pause = Pause(BOUNDS_PAUSE, BOUNDS_PAUSE_MAX)
+
+    def wanted(self) -> bool:
+        """Whether the next Lloyd pass keeps bounds (asked once a pass)."""
+        return self._pause.wanted()
+
+    def record(self, rows: int, width: int, d: int, counts: tuple[int, int, int, int]) -> None:
+        """A warm pass with bounds over ``rows`` rows against ``width`` (padded) centres of
+        ``d`` features, its ``counts``: rows labelled again, how many of them neighbour
+        lists decided, the candidates those computed, and the gaps between centres
+        computed to make the lists."""
+        relabelled, decided, scanned, made = counts
+        row = SCAN_ROW_COST + width * d
+        listed = decided * SCAN_ROW_COST + scanned * d
+        relabelling = RELABEL_COST * ((relabelled - decided) * row + listed)
+        bounded = rows * BOUND_ROW_COST + relabelling + made * d
+        self._pause.paid(bounded <= rows * row)
 
 
 def near_drift(own: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

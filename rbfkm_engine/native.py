@@ -610,21 +610,23 @@ class LloydKernel:
         bounds: tuple[torch.Tensor, torch.Tensor],
         drift: Drift | None,
         margin: float,
-        num: torch.Tensor,
-        den: torch.Tensor,
+        sums: tuple[torch.Tensor, torch.Tensor, int],
         neighbours: Neighbours | None = None,
     ) -> tuple[int, int, int]:
         """One block of a pass with Hamerly's bounds (direct distances only; see
-        :mod:`~rbfkm_engine.bounds`): with ``drift`` ``None`` every row is labelled, its
-        bounds ``(upper, lower)`` set and its weight added to the float64 sums; with a
-        ``drift`` only the rows whose moved bounds fail are labelled again (their
-        ``min_dist`` written) and moved between the sums, from their old centre's
+        :mod:`~rbfkm_engine.bounds`), ``sums`` the float64 ``(num, den)`` and ``ADD`` or
+        ``MOVE``: with ``drift`` ``None`` every row is labelled, its bounds ``(upper,
+        lower)`` set and its weight added to the sums (``ADD``) or, where its label
+        changed, moved between them (``MOVE``); with a ``drift`` (``MOVE``) only the rows
+        whose moved bounds fail are labelled again (their ``min_dist`` written) and moved
+        between the sums, from their old centre's
         ``neighbours`` where those decide the nearest, else against every centre (with
         lists, ``drift.near`` moves the lower bounds: see :class:`~rbfkm_engine.bounds.Drift`).
         Returns the rows labelled, how many of them the lists decided, and the
         candidates those computed."""
         assert centres.CT is not None
         nb = neighbours if drift is not None else None
+        num, den, mode = sums
         counts = (ctypes.c_int64 * 2)()
         relabelled = self._bounded(
             *_direct_args(rows, centres),
@@ -642,7 +644,7 @@ class LloydKernel:
             counts,
             num.data_ptr(),
             den.data_ptr(),
-            1 if drift is None else 0,
+            0 if drift is not None else 1 if mode == ADD else 2,
         )
         return int(relabelled), counts[0], counts[1]
 

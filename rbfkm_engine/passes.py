@@ -28,7 +28,7 @@ import torch
 from . import fused
 from .assign import EStep, responsibilities
 from .blocks import iter_chunks
-from .bounds import Bounds, near_drift, squared_rounding_error
+from .bounds import Bounds, BoundsUse, near_drift, squared_rounding_error
 from .distances import squared_distances, squared_norms
 from .memory import gather_block_rows
 from .mstep import accumulate, accumulate_spread, count_nonzeros, shared_rows, weighted_sum
@@ -49,6 +49,7 @@ from .native import (
 )
 from .nearest import nearest
 from .parallel import BlockPool
+from .pauses import Pause
 from .progress import Interrupt, IterationStats, interrupter
 from .reducer import LOCAL, Reducer
 from .reseed import farthest_first
@@ -133,16 +134,11 @@ class NeighbourUse:
     """
 
     def __init__(self, doubling: bool = True) -> None:
-        self._skip = 0
-        self._pause = NEIGHBOUR_PAUSE
-        self._doubling = doubling
+        self._pause = Pause(NEIGHBOUR_PAUSE, None if doubling else NEIGHBOUR_PAUSE)
 
     def wanted(self) -> bool:
         """Whether the next warm bounded pass makes lists."""
-        if self._skip > 0:
-            self._skip -= 1
-            return False
-        return True
+        return self._pause.wanted()
 
     def record(self, k: int, relabelled: int, decided: int, scanned: int, made: int) -> None:
         """A pass with lists at ``k`` centres: ``relabelled`` rows, ``decided`` of them by
@@ -153,12 +149,7 @@ class NeighbourUse:
         else:
             candidates = scanned + (relabelled - decided) * k + made
             cost = candidates / relabelled + NEIGHBOUR_ROW_COST
-        if k >= NEIGHBOUR_MIN_GAIN * cost:
-            self._pause = NEIGHBOUR_PAUSE
-            return
-        self._skip = self._pause
-        if self._doubling:
-            self._pause *= 2
+        self._pause.paid(k >= NEIGHBOUR_MIN_GAIN * cost)
 
 
 class Workspace:
@@ -221,9 +212,10 @@ class Workspace:
         # None whenever ``labels`` were written by anything but a hard pass.
         self._hard_sums: tuple[torch.Tensor, torch.Tensor] | None = None
         # Hamerly's bounds of the kernel's Lloyd passes on few features (made by the
-        # first), which hold while ``_hard_sums`` does; and ``sum_i w_i ||x_i||^2`` in
-        # float64, from which a pass that skipped rows has its inertia.
+        # first), which hold while ``_hard_sums`` does and the passes keep them; and
+        # whether the next pass does (``BoundsUse``: where they pay).
         self._bounds: Bounds | None = None
+        self._bounds_use = BoundsUse()
         # What the last neighbour lists leave for the next to be kept up from.
         self._neighbour_last: ListTrace | None = None
         self._neighbours_made = 0
@@ -605,14 +597,10 @@ class Workspace:
         centres = kernel.centres(C, width)
         bounds = self._lloyd_bounds(C, centres.CT is not None)
         if bounds is not None:
-            if (
-                second is None
-                and num is not None
-                and den is not None
-                and (mode == ADD or bounds.usable(C))
-            ):
-                warm = mode == MOVE
-                return self._bounded_pass(C, centres, bounds, num, den, warm, inertia)
+            lloyd = second is None and num is not None and den is not None
+            if lloyd and self._bounds_use.wanted():  # asked once a Lloyd pass
+                assert num is not None and den is not None
+                return self._bounded_pass(C, centres, bounds, num, den, mode, inertia)
             bounds.forget()  # this pass labels the rows without them
         c_sq = centres.c_sq[: C.shape[0]].unsqueeze(0)
 
@@ -626,12 +614,14 @@ class Workspace:
 
         total = 0.0
         rows = None if centres.CT is None else self.scan_block_rows(centres)
-        for inertia, part_num, part_den in self.map_blocks(block, rows):
-            total += inertia
+        for part_inertia, part_num, part_den in self.map_blocks(block, rows):
+            total += part_inertia
             if num is not None and part_num is not None:
                 num += part_num
             if den is not None and part_den is not None:
                 den += part_den
+        if mode == MOVE and inertia and num is not None and den is not None:
+            return self._inertia_of_sums(C, num, den)  # as a bounded pass's
         return torch.tensor(total, dtype=torch.float64, device=C.device)
 
     def _lloyd_bounds(self, C: torch.Tensor, direct: bool) -> Bounds | None:
@@ -650,18 +640,21 @@ class Workspace:
         bounds: Bounds,
         num: torch.Tensor,
         den: torch.Tensor,
-        warm: bool,
+        mode: int,
         inertia: bool = True,
     ) -> torch.Tensor:
-        """A Lloyd pass with Hamerly's bounds (see :mod:`.bounds`). Cold: every row
-        labelled, its bounds set, added to the sums; the inertia from its distances.
-        ``warm`` (``C``: the last pass's centres moved): only the rows whose bounds fail
-        are labelled again and moved between the kept sums; the inertia from the sums, as
-        the kept rows' distances are not computed (:attr:`min_dist` fills them in).
+        """A Lloyd pass with Hamerly's bounds (see :mod:`.bounds`), the sums added to or
+        corrected as ``mode`` says. Warm (``MOVE`` where the bounds hold, ``C`` the last
+        pass's centres moved): only the rows whose bounds fail are labelled again and
+        moved between the kept sums; the inertia from the sums, as the kept rows'
+        distances are not computed (:attr:`min_dist` fills them in); what the bounds saved
+        goes to :class:`~rbfkm_engine.bounds.BoundsUse`. Cold: every row labelled and its
+        bounds set; the inertia from its distances (``ADD``) or the sums (``MOVE``).
         Without ``inertia`` the pass returns 0 instead (the caller takes it from the
         sums)."""
         kernel = self.kernel
         assert kernel is not None
+        warm = mode == MOVE and bounds.usable(C)
         neighbours = self._neighbours(C, centres) if warm else None
         gap = None if neighbours is None else neighbours.gap[:, 0]
         drift = bounds.drift(C, gap) if warm else None
@@ -679,12 +672,11 @@ class Workspace:
                 (bounds.upper[rows], bounds.lower[rows]),
                 drift,
                 bounds.margin,
-                part_num,
-                part_den,
+                (part_num, part_den, mode),
                 neighbours,
             )
-            cold = drift is None and inertia
-            part_inertia = weighted_sum(self._min_dist[rows], wc) if cold else None
+            summed = mode == ADD and inertia
+            part_inertia = weighted_sum(self._min_dist[rows], wc) if summed else None
             return part_num, part_den, part_inertia, counts
 
         total = torch.zeros((), dtype=torch.float64, device=C.device)
@@ -696,12 +688,15 @@ class Workspace:
             if part_inertia is not None:
                 total += part_inertia
             counts = [a + b for a, b in zip(counts, part_counts, strict=True)]
+        made = 0 if neighbours is None else self._neighbours_made
         if neighbours is not None:
-            self._neighbour_use.record(C.shape[0], *counts, made=self._neighbours_made)
-        if drift is None:
+            self._neighbour_use.record(C.shape[0], *counts, made=made)
+        if warm:
+            bounds.stale = True
+            self._bounds_use.record(self.X.shape[0], centres.width, C.shape[1], (*counts, made))
+        if mode == ADD or not inertia:
             return total
-        bounds.stale = True
-        return self._inertia_of_sums(C, num, den) if inertia else total
+        return self._inertia_of_sums(C, num, den)
 
     def big_block_rows(self, work_per_row: int = 1) -> int:
         """Rows per block of a pass that holds no ``(rows, k)`` block and does at most
@@ -893,17 +888,17 @@ class Workspace:
         """Hard E-step at ``C``: fills ``labels`` and ``min_dist``; returns the inertia.
 
         Without hints (ties go to the lowest index): ``RBFKMeans.predict`` runs this same
-        pass, so the fit's final labels are its labels. Where the last pass was a Lloyd
-        pass with bounds (``C``: its centres moved, as at the end of a Lloyd phase), this
-        one is a warm pass of them too: its labels are those of a pass over every centre,
-        as a bounded pass keeps a row only where its computed distances would keep it,
-        and a row its centre's neighbour list decides is decided by the same partial
-        distances (see :mod:`.bounds`).
+        pass, so the fit's final labels are its labels. Where the last passes were Lloyd
+        passes (their kept sums; ``C``: their centres moved, as at the end of a Lloyd
+        phase), this one is a Lloyd pass too, on their bounds where those hold: its labels
+        are those of a pass over every centre, as a bounded pass keeps a row only where
+        its computed distances would keep it, and a row its centre's neighbour list
+        decides is decided by the same partial distances (see :mod:`.bounds`); its
+        inertia comes from the float64 sums, as theirs does.
         """
-        if self.kernel is not None and self._hard_sums is not None:
-            bounds = self._bounds
-            if bounds is not None and bounds.usable(C) and not self.whole_passes:
-                num, den = self._hard_sums
+        if self.kernel is not None and self._hard_sums is not None and not self.whole_passes:
+            num, den = self._hard_sums
+            if num.shape == C.shape:
                 return self._summed(self._fused_pass(C, MOVE, num, den))
         self._forget_lloyd_state()
         if self.whole_passes:
@@ -1047,9 +1042,11 @@ class Workspace:
         (the kept sums and the bounds), for :meth:`restore`."""
         labels, min_dist = self.labels.clone(), self.min_dist.clone()
         bounds = self._bounds
-        if self._hard_sums is None or bounds is None or bounds.centres is None:
+        if self._hard_sums is None or bounds is None:
             return Snapshot(labels, min_dist)
         sums = (self._hard_sums[0].clone(), self._hard_sums[1].clone())
+        if bounds.centres is None:  # the passes went without them (see BoundsUse)
+            return Snapshot(labels, min_dist, sums)
         kept = (bounds.upper.clone(), bounds.lower.clone(), bounds.centres, bounds.margin)
         return Snapshot(labels, min_dist, sums, kept)
 
@@ -1058,13 +1055,15 @@ class Workspace:
         self._forget_lloyd_state()
         self.labels.copy_(saved.labels)
         self._min_dist.copy_(saved.min_dist)
-        if saved.sums is None or saved.bounds is None or self._bounds is None:
+        if saved.sums is None or self._bounds is None:
+            return
+        self._hard_sums = saved.sums
+        if saved.bounds is None:
             return
         upper, lower, centres, margin = saved.bounds
         self._bounds.upper.copy_(upper)
         self._bounds.lower.copy_(lower)
         self._bounds.centres, self._bounds.margin = centres, margin
-        self._hard_sums = saved.sums
 
     def add_farthest(self, C: torch.Tensor, n_new: int) -> torch.Tensor:
         """Append ``n_new`` centres, each the point farthest from all centres so far."""

@@ -1,6 +1,6 @@
 """rbfkm_engine/bounds.py and the kernel's bounded passes: Lloyd with Hamerly's bounds labels
 every row as Lloyd without them, keeps the same sums and inertia, and leaves nearest
-distances that are filled in when read."""
+distances that are filled in when read; the passes keep bounds only while they pay."""
 
 from __future__ import annotations
 
@@ -12,11 +12,27 @@ import pytest
 import torch
 
 from rbfkm_engine import RBFKMeans, native, passes
-from rbfkm_engine.bounds import Bounds, half_gaps, near_drift, rounding_margin
+from rbfkm_engine.bounds import (
+    BOUNDS_PAUSE,
+    BOUNDS_PAUSE_MAX,
+    Bounds,
+    BoundsUse,
+    half_gaps,
+    near_drift,
+    rounding_margin,
+)
+from rbfkm_engine.native import ADD, MOVE
 
 needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler"
 )
+
+
+@pytest.fixture
+def kept_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Lloyd pass keeps bounds, whether or not they pay (the tests of what the
+    bounded passes do)."""
+    monkeypatch.setattr(BoundsUse, "wanted", lambda self: True)
 
 
 def test_half_gaps_are_half_the_distance_to_the_nearest_other_centre(monkeypatch) -> None:
@@ -88,6 +104,7 @@ def test_the_margin_grows_with_the_norms_and_shrinks_with_precision() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("lists", [None, 8, 32])
+@pytest.mark.usefixtures("kept_bounds")
 def test_lloyd_with_bounds_is_lloyd(
     dtype: type, weighted: bool, lists: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,6 +132,7 @@ def test_lloyd_with_bounds_is_lloyd(
 
 
 @needs_compiler
+@pytest.mark.usefixtures("kept_bounds")
 def test_kept_rows_distances_are_filled_in_when_read() -> None:
     gen = torch.Generator().manual_seed(1)
     X = torch.randn(4000, 3, generator=gen)
@@ -145,11 +163,13 @@ def test_unmoved_centres_relabel_almost_no_row() -> None:
     min_dist = torch.empty(20000)
     num, den = torch.zeros(16, 4, dtype=torch.float64), torch.zeros(16, dtype=torch.float64)
     rows = native.Rows(X, X.square().sum(dim=1), None, labels, min_dist)
-    first, _, _ = kernel.bounded_block(rows, centres, (b.upper, b.lower), None, b.margin, num, den)
+    cold = (num, den, ADD)
+    first, _, _ = kernel.bounded_block(rows, centres, (b.upper, b.lower), None, b.margin, cold)
     assert first == 20000
     assert torch.equal(labels, torch.cdist(X, C).argmin(dim=1))
     drift = b.drift(C.clone())
-    again, _, _ = kernel.bounded_block(rows, centres, (b.upper, b.lower), drift, b.margin, num, den)
+    warm = (num, den, MOVE)
+    again, _, _ = kernel.bounded_block(rows, centres, (b.upper, b.lower), drift, b.margin, warm)
     assert again <= 2000  # only rows within a few margins of a tie
     assert torch.equal(labels, torch.cdist(X, C).argmin(dim=1))
     torch.testing.assert_close(den.sum(), torch.tensor(20000.0, dtype=torch.float64))
@@ -171,14 +191,14 @@ def test_rows_are_relabelled_from_their_centres_neighbour_lists(dtype: torch.dty
     num, den = torch.zeros(300, 3, dtype=torch.float64), torch.zeros(300, dtype=torch.float64)
     rows = native.Rows(X, x_sq, None, labels, min_dist)
     bounds = (b.upper, b.lower)
-    kernel.bounded_block(rows, kernel.centres(C, width), bounds, None, b.margin, num, den)
+    kernel.bounded_block(rows, kernel.centres(C, width), bounds, None, b.margin, (num, den, ADD))
     moved = C + 0.02 * torch.randn(300, 3, generator=gen, dtype=torch.float64).to(dtype)
     centres = kernel.centres(moved, width)
     lists = native.Neighbours.empty(300, 3, 32, dtype)
     kernel.neighbours(centres, 300, lists, slice(0, 300))
     saved = (labels.clone(), min_dist.clone(), b.upper.clone(), b.lower.clone())
     drift = b.drift(moved, lists.gap[:, 0])
-    counts = kernel.bounded_block(rows, centres, bounds, drift, b.margin, num, den, lists)
+    counts = kernel.bounded_block(rows, centres, bounds, drift, b.margin, (num, den, MOVE), lists)
     again, decided, scanned = counts
     assert again > 10000  # most rows' bounds failed: the centres moved by about their gaps
     assert decided > 0.9 * again  # and their old centres' lists decided most of them
@@ -199,7 +219,7 @@ def test_rows_are_relabelled_from_their_centres_neighbour_lists(dtype: torch.dty
     for state, copy in zip((labels, min_dist, b.upper, b.lower), saved, strict=True):
         state.copy_(copy)
     lists.gap.mul_(100.0)
-    kernel.bounded_block(rows, centres, bounds, drift, b.margin, num, den, lists)
+    kernel.bounded_block(rows, centres, bounds, drift, b.margin, (num, den, MOVE), lists)
     assert not torch.equal(labels, nearest.argmin(dim=1))
 
 
@@ -214,6 +234,7 @@ def after_lloyd(X: torch.Tensor, k: int, iterations: int) -> tuple[passes.Worksp
 
 @needs_compiler
 @pytest.mark.parametrize("k", [12, 200])
+@pytest.mark.usefixtures("kept_bounds")
 def test_labels_after_lloyd_with_bounds_are_those_of_every_centre(k: int) -> None:
     """The E-step that ends a Lloyd phase runs on the phase's bounds (and at large k its
     neighbour lists): the labels of a pass over every centre, the same inertia."""
@@ -233,6 +254,7 @@ def test_labels_after_lloyd_with_bounds_are_those_of_every_centre(k: int) -> Non
 
 @needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.usefixtures("kept_bounds")
 def test_two_nearest_from_neighbour_lists_are_those_of_every_centre(dtype: torch.dtype) -> None:
     """After Lloyd passes with bounds, the two nearest centres come from each row's
     centre's neighbour list where those decide them: the labels, distances and second
@@ -271,6 +293,7 @@ def test_two_nearest_from_neighbour_lists_are_those_of_every_centre(dtype: torch
 
 @needs_compiler
 @pytest.mark.parametrize("k", [12, 300])
+@pytest.mark.usefixtures("kept_bounds")
 def test_lloyd_after_two_nearest_starts_warm_and_ends_as_from_cold(k: int) -> None:
     """The two nearest distances leave the bounds and sums of a Lloyd pass at their
     centres: a trial moved from there (two centres jump) starts warm, relabels only the
@@ -303,3 +326,83 @@ def test_lloyd_after_two_nearest_starts_warm_and_ends_as_from_cold(k: int) -> No
     assert torch.equal(warm_labels, torch.cdist(X.double(), trial.double()).argmin(dim=1))
     torch.testing.assert_close(warm_C, cold_C, rtol=1e-6, atol=1e-7)
     assert relabelled and relabelled[0] < X.shape[0] // 2  # only rows near the moved centres
+
+
+def test_bounds_pause_after_a_pass_where_they_did_not_pay() -> None:
+    use = BoundsUse()
+    assert use.wanted()
+    use.record(10_000, 64, 8, (100, 0, 0, 0))  # 1% of the rows relabelled: they paid
+    assert use.wanted()
+    pauses = []
+    for _ in range(6):  # 90% relabelled against few cheap centres: they did not
+        use.record(10_000, 16, 2, (9_000, 0, 0, 0))
+        skipped = 0
+        while not use.wanted():
+            skipped += 1
+        pauses.append(skipped)
+    assert pauses == [min(BOUNDS_PAUSE * 2**i, BOUNDS_PAUSE_MAX) for i in range(6)]
+    use.record(10_000, 16, 2, (10, 0, 0, 0))  # paying again resets the pause
+    use.record(10_000, 16, 2, (9_000, 0, 0, 0))
+    assert [use.wanted() for _ in range(BOUNDS_PAUSE + 1)] == [False] * BOUNDS_PAUSE + [True]
+
+
+def test_rows_decided_by_neighbour_lists_cost_their_candidates() -> None:
+    """At 4 096 centres a row scanned against every centre costs thousands of products;
+    decided by its centre's list, a few dozen: with lists the bounds pay although most
+    rows fail them."""
+    listed, scanned = BoundsUse(), BoundsUse()
+    listed.record(10_000, 4096, 3, (8_000, 7_900, 7_900 * 20, 4096 * 48))
+    scanned.record(10_000, 4096, 3, (8_000, 0, 0, 0))
+    assert listed.wanted()
+    assert not scanned.wanted()
+
+
+@needs_compiler
+def test_lloyd_without_bounds_where_they_do_not_pay_is_lloyd(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Gaussian cloud in 8 dimensions against 16 centres from random rows: in the first
+    passes most rows fail their bounds, so passes go without them, then set them again
+    (a pass that labels every row and moves the changed ones between the kept sums), and
+    the fit is the fit with bounds at every pass."""
+    X = np.random.default_rng(0).standard_normal((20_000, 8)).astype(np.float32)
+    params = dict(assignment="hard", init=X[:16], n_init=1, tol=0.0, max_iter=60)
+    wanted: list[bool] = []
+    original = BoundsUse.wanted
+
+    def counted(self: BoundsUse) -> bool:
+        wanted.append(original(self))
+        return wanted[-1]
+
+    monkeypatch.setattr(BoundsUse, "wanted", counted)
+    paused = RBFKMeans(16, **params).fit(X)
+    assert wanted.count(False) >= 6
+    again = [i for i in range(1, len(wanted)) if wanted[i] and not wanted[i - 1]]
+    assert len(again) >= 2  # bounds set again after a pause, more than once
+    monkeypatch.setattr(BoundsUse, "wanted", lambda self: True)
+    kept = RBFKMeans(16, **params).fit(X)
+    assert np.array_equal(paused.labels_, kept.labels_)
+    np.testing.assert_allclose(paused.cluster_centers_, kept.cluster_centers_, rtol=1e-6)
+    assert paused.n_iter_ == kept.n_iter_
+    assert paused.inertia_ == pytest.approx(kept.inertia_, rel=1e-9)
+    for a, b in zip(paused.history_, kept.history_, strict=True):
+        assert a["inertia"] == pytest.approx(b["inertia"], rel=1e-9)
+
+
+@needs_compiler
+def test_a_snapshot_without_bounds_keeps_the_sums_for_a_warm_trial() -> None:
+    gen = torch.Generator().manual_seed(6)
+    X = torch.randn(20_000, 8, generator=gen)
+    ws, C = after_lloyd(X, 16, 3)
+    assert ws._bounds is not None and ws._bounds.centres is None  # the bounds did not pay
+    saved = ws.snapshot()
+    assert saved.sums is not None and saved.bounds is None
+    trial = C.clone()
+    trial[0] = X[100]
+    ws.restore(saved)
+    warm_C, _, _ = ws.lloyd_iteration(trial, warm=True)
+    warm_labels = ws.labels.clone()
+    ws._forget_lloyd_state()
+    cold_C, _, _ = ws.lloyd_iteration(trial, warm=False)
+    assert torch.equal(warm_labels, ws.labels)
+    torch.testing.assert_close(warm_C, cold_C, rtol=1e-6, atol=1e-7)
