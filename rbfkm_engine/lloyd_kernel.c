@@ -395,6 +395,20 @@
         return total;                                                                          \
     }                                                                                          \
                                                                                                \
+    /* The k centres C (k x d) laid out for a pass of kp >= k columns: c_sq their squared      \
+     * norms (given: the caller's own sums, bit for bit), +inf past k; and, where CT is not    \
+     * NULL, CT = -2 C^T (d x kp, exactly), zero past k. One call for the half dozen torch     \
+     * ops of a padded copy and a strided transpose. */                                        \
+    void centre_layout_##SUFFIX(const T *restrict C, const T *restrict norms, int64_t k,       \
+                                int64_t d, int64_t kp, T *restrict c_sq, T *restrict CT) {     \
+        for (int64_t j = 0; j < kp; j++) c_sq[j] = j < k ? norms[j] : (T)INFINITY;             \
+        if (!CT) return;                                                                       \
+        for (int64_t t = 0; t < d; t++) {                                                      \
+            T *restrict row = CT + t * kp;                                                     \
+            for (int64_t j = 0; j < k; j++) row[j] = (T)-2 * C[j * d + t];                     \
+            for (int64_t j = k; j < kp; j++) row[j] = 0;                                       \
+        }                                                                                      \
+    }                                                                                          \
     /* v rounded to T upwards and downwards (a bound that stays a bound). */                   \
     static inline T round_up_##SUFFIX(double v) {                                              \
         const T r = (T)v;                                                                      \

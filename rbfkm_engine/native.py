@@ -209,6 +209,9 @@ def library() -> ctypes.CDLL | None:
                 fn.argtypes = [_P, _I, _I, _P, _P, _SCALAR[dtype], _I, _P]
                 fn = getattr(lib, f"weighted_sum_sq_{suffix}")
                 fn.restype, fn.argtypes = ctypes.c_double, [_P, _I, _I, _P]
+                fn = getattr(lib, f"centre_layout_{suffix}")
+                fn.restype = None
+                fn.argtypes = [_P, _P, *[_I] * 3, _P, _P]
                 fn = getattr(lib, f"centre_drift_{suffix}")
                 fn.restype = None
                 fn.argtypes = [_P, _P, _I, _I, ctypes.c_int, _SCALAR[dtype], _P, _P, _P]
@@ -456,6 +459,7 @@ class LloydKernel:
         self._update = getattr(lib, f"lloyd_update_{_SUFFIX[dtype]}")
         self._sum_sq = getattr(lib, f"weighted_sum_sq_{_SUFFIX[dtype]}")
         self._drift = getattr(lib, f"centre_drift_{_SUFFIX[dtype]}")
+        self._layout = getattr(lib, f"centre_layout_{_SUFFIX[dtype]}")
         self._hartigan = getattr(lib, f"hartigan_sweep_{_SUFFIX[dtype]}")
         self._soft = getattr(lib, f"soft_block_{_SUFFIX[dtype]}")
         self._soft_scratch = lib.soft_scratch
@@ -475,12 +479,21 @@ class LloydKernel:
         at least ``k``), for direct distances as :meth:`direct` says or as ``direct``
         says where it is given."""
         k, d = C.shape
-        c_sq = torch.full((width,), float("inf"), dtype=C.dtype)
-        c_sq[:k] = squared_norms(C)
+        C = C.contiguous()
+        norms = squared_norms(C)  # torch's sums, as every other pass at C takes them
+        c_sq = torch.empty(width, dtype=C.dtype)
         CT = None
         if self.direct(d) if direct is None else direct:
-            CT = torch.zeros((d, width), dtype=C.dtype)
-            torch.mul(C.T, -2, out=CT[:, :k])
+            CT = torch.empty((d, width), dtype=C.dtype)
+        self._layout(
+            C.data_ptr(),
+            norms.data_ptr(),
+            k,
+            d,
+            width,
+            c_sq.data_ptr(),
+            None if CT is None else CT.data_ptr(),
+        )
         return Centres(c_sq, CT, width)
 
     def block(

@@ -27,6 +27,26 @@ def kernel_for(dtype: torch.dtype) -> native.LloydKernel:
     return native.LloydKernel(lib, dtype)
 
 
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("direct", [True, False])
+def test_the_centres_layout_pads_their_norms_and_transposes_them(
+    dtype: torch.dtype, direct: bool
+) -> None:
+    """``c_sq`` the rows' squared norms as torch sums them (bit for bit), ``+inf`` past
+    ``k``; ``CT`` exactly ``-2 C^T``, zero past ``k``; from a non-contiguous ``C`` too."""
+    C = torch.randn(5, 13, generator=torch.Generator().manual_seed(0), dtype=dtype)[:, ::2]
+    centres = kernel_for(dtype).centres(C, 16, direct=direct)
+    assert torch.equal(centres.c_sq[:5], C.square().sum(dim=1))
+    assert torch.isinf(centres.c_sq[5:]).all() and centres.width == 16
+    if not direct:
+        assert centres.CT is None
+        return
+    assert centres.CT is not None and centres.CT.shape == (7, 16)
+    assert torch.equal(centres.CT[:, :5], -2 * C.T)
+    assert not centres.CT[:, 5:].any()
+
+
 def reference(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """Exact squared distances in float64 (n x k)."""
     return torch.cdist(X.double(), C.double()).square()
