@@ -44,10 +44,13 @@ DIRECT_GAP_MAX_WORK = 1 << 18
 #: pay"): a pass without bounds costs ``SCAN_ROW_COST`` per row beyond its ``width x d``
 #: products (its nearest centre, the sums); with them every row's bounds are moved and
 #: tested (``BOUND_ROW_COST``), and a row they do not keep costs ``RELABEL_COST`` times a
-#: row of the pass without (its second-nearest centre too, and both roots).
+#: row of the pass without (its second-nearest centre too, and both roots), or, where its
+#: centre's neighbour list decided it, ``RELABEL_COST`` times ``LIST_ROW_COST`` beyond the
+#: candidates it computed (reading the list, the triangle inequality's test per candidate).
 SCAN_ROW_COST = 300
 BOUND_ROW_COST = 240
 RELABEL_COST = 1.6
+LIST_ROW_COST = 630
 #: Passes without bounds after a pass where they did not pay, doubling each time up to
 #: ``BOUNDS_PAUSE_MAX``: trying them again costs a pass that sets every row's.
 BOUNDS_PAUSE = 2
@@ -218,7 +221,7 @@ class BoundsUse:
         computed to make the lists."""
         relabelled, decided, scanned, made = counts
         row = SCAN_ROW_COST + width * d
-        listed = decided * SCAN_ROW_COST + scanned * d
+        listed = decided * LIST_ROW_COST + scanned * d
         relabelling = RELABEL_COST * ((relabelled - decided) * row + listed)
         bounded = rows * BOUND_ROW_COST + relabelling + made * d
         self._pause.paid(bounded <= rows * row)
