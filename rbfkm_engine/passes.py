@@ -399,6 +399,11 @@ class Workspace:
         sums.reduce(self.reducer)
         return sums.num, sums.den, sums.stats(self.n_total)
 
+    def _one_call_iterations(self, k: int) -> bool:
+        """Whether a Lloyd iteration at ``k`` centres is one kernel call on small data
+        (:meth:`_kernel_iteration`; not on the sphere or a shard)."""
+        return not self.sphere and not self.reducer.active and self._small(k)
+
     def _small(self, k: int) -> bool:
         """Whether the data are one block whose pass against ``k`` centres costs at most
         :data:`KERNEL_ITERATION_MAX_WORK` multiply-adds (rows x padded centres x
@@ -626,8 +631,9 @@ class Workspace:
 
     def _lloyd_bounds(self, C: torch.Tensor, direct: bool) -> Bounds | None:
         """The workspace's bounds for Lloyd passes at ``C``: for the kernel's direct
-        distances, at least two centres."""
-        if not direct or C.shape[0] < 2:
+        distances, at least two centres, and data whose Lloyd iterations are more than one
+        call (:meth:`_one_call_iterations`: those keep no bounds)."""
+        if not direct or C.shape[0] < 2 or self._one_call_iterations(C.shape[0]):
             return None
         if self._bounds is None:
             self._bounds = Bounds(self.x_sq, self.kernel)
@@ -838,7 +844,7 @@ class Workspace:
         if kernel is None or self.sphere or self.reducer.active:
             return None
         width = row_reduction_width(k, C.device)
-        small = self._small(k)
+        small = self._one_call_iterations(k)
         num, den, incremental = self._lloyd_sums(C, warm)
         mode = MOVE if incremental else ADD
         C = C.contiguous()
@@ -923,23 +929,22 @@ class Workspace:
         fused kernel where it runs (one sweep of each row's distances, where a top-2 sort
         of the block costs several). Where the last pass was a Lloyd pass with bounds
         (``C``: its centres moved), a row is labelled from its centre's neighbour list
-        where the lists pay (see :meth:`_two_nearest_by_lists`). Where Lloyd passes keep
-        bounds, the pass leaves them and the kept sums as a Lloyd pass at ``C`` would
-        (:meth:`_keep_lloyd_state`): a Lloyd phase from centres near ``C`` (a local
+        where the lists pay (see :meth:`_two_nearest_by_lists`). The pass leaves the kept
+        sums, and where Lloyd passes keep bounds the bounds, as a Lloyd pass at ``C``
+        would (:meth:`_keep_lloyd_state`): a Lloyd phase from centres near ``C`` (a local
         search's trial) may start warm."""
         second = torch.empty_like(self.min_dist)
         kernel = self.kernel_for(C)
         if kernel is None:
             self._forget_lloyd_state()
             return second, self._summed(self._two_nearest_in_torch(C, second))
-        keep = self._lloyd_bounds(C, kernel.direct(C.shape[1])) is not None
+        bounds = self._lloyd_bounds(C, kernel.direct(C.shape[1]))
         sums = self._lloyd_sums(C, warm=False)[:2]
         listed = self._two_nearest_by_lists(C, second, sums)
         self._forget_lloyd_state()
         if not listed:
             self._fused_pass(C, ADD, *sums, second=second)
-        if keep:
-            self._keep_lloyd_state(C, second, sums)
+        self._keep_lloyd_state(C, second, sums, bounds)
         # From the float64 sums, as a kernel Lloyd iteration's (the local search compares
         # the two): the rows' float32 distances sum to a few 1e-5 of a tight fit's
         # inertia at many centres.
@@ -961,20 +966,24 @@ class Workspace:
         return _ordered_sum(self.map_blocks(block), C.device)
 
     def _keep_lloyd_state(
-        self, C: torch.Tensor, second: torch.Tensor, sums: tuple[torch.Tensor, torch.Tensor]
+        self,
+        C: torch.Tensor,
+        second: torch.Tensor,
+        sums: tuple[torch.Tensor, torch.Tensor],
+        bounds: Bounds | None,
     ) -> None:
         """After a pass that labelled every row at ``C`` with its exact nearest and
-        ``second``-nearest squared distances and added it to ``sums``: the bounds and
-        kept sums a bounded Lloyd pass at ``C`` leaves (each row's upper bound its
-        distance, its lower bound the second, less the margin), so that the next Lloyd
-        pass may be warm."""
-        bounds = self._bounds
-        assert bounds is not None
+        ``second``-nearest squared distances and added it to ``sums``: the kept sums and,
+        where Lloyd passes keep ``bounds``, the bounds a bounded Lloyd pass at ``C``
+        leaves (each row's upper bound its distance, its lower bound the second, less the
+        margin), so that the next Lloyd pass may be warm."""
+        self._hard_sums = sums
+        if bounds is None:
+            return
         bounds.start(C)
         margin = bounds.margin
         torch.sqrt(self._min_dist, out=bounds.upper).add_(2.0 * margin)
         torch.sqrt(second, out=bounds.lower).sub_(margin)
-        self._hard_sums = sums
 
     def _two_nearest_by_lists(
         self,
@@ -1041,11 +1050,11 @@ class Workspace:
         """Copies of ``labels``, ``min_dist`` and what a warm Lloyd pass would start from
         (the kept sums and the bounds), for :meth:`restore`."""
         labels, min_dist = self.labels.clone(), self.min_dist.clone()
-        bounds = self._bounds
-        if self._hard_sums is None or bounds is None:
+        if self._hard_sums is None:
             return Snapshot(labels, min_dist)
         sums = (self._hard_sums[0].clone(), self._hard_sums[1].clone())
-        if bounds.centres is None:  # the passes went without them (see BoundsUse)
+        bounds = self._bounds
+        if bounds is None or bounds.centres is None:  # passes without them (see BoundsUse)
             return Snapshot(labels, min_dist, sums)
         kept = (bounds.upper.clone(), bounds.lower.clone(), bounds.centres, bounds.margin)
         return Snapshot(labels, min_dist, sums, kept)
@@ -1055,10 +1064,10 @@ class Workspace:
         self._forget_lloyd_state()
         self.labels.copy_(saved.labels)
         self._min_dist.copy_(saved.min_dist)
-        if saved.sums is None or self._bounds is None:
+        if saved.sums is None:
             return
         self._hard_sums = saved.sums
-        if saved.bounds is None:
+        if saved.bounds is None or self._bounds is None:
             return
         upper, lower, centres, margin = saved.bounds
         self._bounds.upper.copy_(upper)
