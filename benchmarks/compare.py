@@ -10,8 +10,11 @@ Three parts per data set:
 - speed: every method starts from the same centroids C0 (random rows) and runs the same
   number of iterations (tol 0); the least wall time over ``--repeats`` interleaved runs
   gives the time per iteration and the achieved GFLOP/s of the distance GEMM (2 n k d
-  flops per iteration). The distance step of the engine is also timed against a plain
-  ``torch.matmul`` of the same shape.
+  flops per iteration). Each timed run follows a pause of ``SETTLE_S`` and a tiny run of
+  the same method: OpenMP's workers spin for milliseconds after a parallel region, and
+  a fit right after scikit-learn's ran 20% slower on the cores they held; with the pause
+  and its own warm-up each method runs as in a loop of its own fits. The distance step of
+  the engine is also timed against a plain ``torch.matmul`` of the same shape.
 - memory: each speed run once more in a fresh subprocess; peak RSS of ``fit`` over the
   RSS with X already loaded (kernel high-water mark VmHWM, reset through clear_refs).
 - quality: every method with its own initialisation and defaults over ``--seeds`` seeds
@@ -97,6 +100,8 @@ SETS = {
     ),
     "all": DATASET_KEYS,
 }
+#: The pause before each timed speed run, for other libraries' spinning threads to sleep.
+SETTLE_S = 0.05
 #: Relative slack when asking whether one mean inertia is "no worse" than another
 #: (float32 centroids give float64 inertias that differ by ~1e-7 at the same fixed point).
 INERTIA_RTOL = 1e-6
@@ -186,7 +191,8 @@ def warm_up(common: Any, method: str, ds: Any, C0: Any) -> None:
 
 
 def speed_part(common: Any, ds: Any, methods: list[str], C0: Any, args: argparse.Namespace):
-    """Fixed init, fixed iteration count: best wall time over interleaved repeats."""
+    """Fixed init, fixed iteration count: best wall time over interleaved repeats, each
+    after a pause and the method's own warm-up (see the module's docstring)."""
     n, d, k = ds.shape
     spec = common.RunSpec(mode="speed", n_iter=args.iters, seed=0, init=C0)
     methods = [m for m in methods if m not in common.QUALITY_ONLY]
@@ -196,6 +202,8 @@ def speed_part(common: Any, ds: Any, methods: list[str], C0: Any, args: argparse
     outputs: dict[str, Any] = {}
     for _ in range(args.repeats):
         for m in methods:
+            time.sleep(SETTLE_S)
+            warm_up(common, m, ds, C0)
             wall, out = common.timed(lambda m=m: common.RUNNERS[m](ds.X, k, spec))
             walls[m].append(wall)
             outputs[m] = out
