@@ -40,7 +40,7 @@ GAP_BLOCK = 1024
 #: block of centres (:func:`half_gaps`) is the faster.
 DIRECT_GAP_MAX_WORK = 1 << 18
 #: What the kernel's Lloyd passes cost, in multiply-adds of a row's distances, for
-#: :class:`BoundsUse` (measured on 3 to 32 features, benchmarks/README.md, "Bounds that
+#: :class:`BoundsUse` (measured on 3 to 32 features, benchmarks/README.md, "Bounds where they
 #: pay"): a pass without bounds costs ``SCAN_ROW_COST`` per row beyond its ``width x d``
 #: products (its nearest centre, the sums); with them every row's bounds are moved and
 #: tested (``BOUND_ROW_COST``), and a row they do not keep costs ``RELABEL_COST`` times a
