@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 import common
-import realdata
+import compare
 
 common.pin_threads(2)
 warnings.simplefilter("ignore")
@@ -33,14 +33,6 @@ warnings.simplefilter("ignore")
 import numpy as np  # noqa: E402
 
 ROUNDS = 8
-
-
-def load(name: str) -> common.Dataset:
-    if name == "hard":
-        return common.make_hard_dataset(50_000, 8, 50, seed=3)
-    if name == "blobs100k":
-        return common.make_blobs_dataset(100_000, 32, 64, seed=1)
-    return realdata.load(name)
 
 
 def packages(old: str, new: str) -> dict[str, object]:
@@ -55,7 +47,7 @@ def packages(old: str, new: str) -> dict[str, object]:
 def main() -> None:
     engines = packages(sys.argv[1], sys.argv[2])
     for name in sys.argv[3:]:
-        ds = load(name)
+        ds = compare.build_dataset(common, name, quick=False)
         init = common.initial_centroids(ds.X, ds.k, 0)
         walls: dict[str, list[float]] = {"old": [], "new": []}
         labels = {}

@@ -19,21 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 import common
-import realdata
+import compare
 
 common.pin_threads(1)
 warnings.simplefilter("ignore")
 
 from rbfkm_engine import RBFKMeans, passes  # noqa: E402
 from rbfkm_engine.bounds import BoundsUse  # noqa: E402
-
-
-def load(name: str) -> common.Dataset:
-    if name == "hard":
-        return common.make_hard_dataset(50_000, 8, 50, seed=3)
-    if name == "blobs100k":
-        return common.make_blobs_dataset(100_000, 32, 64, seed=1)
-    return realdata.load(name)
 
 
 def run(ds: common.Dataset, bounded: bool) -> tuple[list[float], list[tuple]]:
@@ -66,7 +58,7 @@ def run(ds: common.Dataset, bounded: bool) -> tuple[list[float], list[tuple]]:
 
 def main() -> None:
     for name in sys.argv[1:]:
-        ds = load(name)
+        ds = compare.build_dataset(common, name, quick=False)
         runs: dict[bool, list[list[float]]] = {True: [], False: []}
         for _ in range(3):
             for bounded in (True, False):
