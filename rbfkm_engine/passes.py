@@ -594,19 +594,39 @@ class Workspace:
         """A hard pass by the fused kernel, block by block (see :mod:`.native`): labels and
         distances of every row (and into ``second``, where given, the second-nearest
         squared distances), the sums added to as ``mode`` says (each block's share its
-        own, added in block order); returns the inertia (a float64 tensor; 0 without
-        ``inertia``, where the caller takes it from the sums)."""
+        own, added in block order), on Hamerly's bounds where the Lloyd passes keep them;
+        returns the inertia (a float64 tensor; 0 without ``inertia``, where the caller
+        takes it from the sums). A ``MOVE`` pass takes it from the float64 sums, whether
+        or not its bounds skipped rows (whose distances are not computed)."""
         kernel = self.kernel
         assert kernel is not None
-        width = row_reduction_width(C.shape[0], C.device)
-        centres = kernel.centres(C, width)
+        centres = kernel.centres(C, row_reduction_width(C.shape[0], C.device))
         bounds = self._lloyd_bounds(C, centres.CT is not None)
-        if bounds is not None:
-            lloyd = second is None and num is not None and den is not None
-            if lloyd and self._bounds_use.wanted():  # asked once a Lloyd pass
-                assert num is not None and den is not None
-                return self._bounded_pass(C, centres, bounds, num, den, mode, inertia)
-            bounds.forget()  # this pass labels the rows without them
+        lloyd = second is None and num is not None and den is not None
+        if bounds is not None and lloyd and self._bounds_use.wanted():  # once a Lloyd pass
+            assert num is not None and den is not None
+            total = self._bounded_pass(C, centres, bounds, num, den, mode, inertia)
+        else:
+            if bounds is not None:
+                bounds.forget()  # this pass labels the rows without them
+            total = self._plain_pass(C, centres, mode, (num, den), second)
+        if mode == MOVE and inertia and num is not None and den is not None:
+            return self._inertia_of_sums(C, num, den)
+        return total
+
+    def _plain_pass(
+        self,
+        C: torch.Tensor,
+        centres: Centres,
+        mode: int,
+        sums: tuple[torch.Tensor | None, torch.Tensor | None],
+        second: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """:meth:`_fused_pass` without bounds: every row against every centre; returns
+        the rows' summed distances (a float64 tensor)."""
+        kernel = self.kernel
+        assert kernel is not None
+        num, den = sums
         c_sq = centres.c_sq[: C.shape[0]].unsqueeze(0)
 
         def block(rows: slice) -> tuple[float, torch.Tensor | None, torch.Tensor | None]:
@@ -625,8 +645,6 @@ class Workspace:
                 num += part_num
             if den is not None and part_den is not None:
                 den += part_den
-        if mode == MOVE and inertia and num is not None and den is not None:
-            return self._inertia_of_sums(C, num, den)  # as a bounded pass's
         return torch.tensor(total, dtype=torch.float64, device=C.device)
 
     def _lloyd_bounds(self, C: torch.Tensor, direct: bool) -> Bounds | None:
@@ -652,12 +670,11 @@ class Workspace:
         """A Lloyd pass with Hamerly's bounds (see :mod:`.bounds`), the sums added to or
         corrected as ``mode`` says. Warm (``MOVE`` where the bounds hold, ``C`` the last
         pass's centres moved): only the rows whose bounds fail are labelled again and
-        moved between the kept sums; the inertia from the sums, as the kept rows'
-        distances are not computed (:attr:`min_dist` fills them in); what the bounds saved
-        goes to :class:`~rbfkm_engine.bounds.BoundsUse`. Cold: every row labelled and its
-        bounds set; the inertia from its distances (``ADD``) or the sums (``MOVE``).
-        Without ``inertia`` the pass returns 0 instead (the caller takes it from the
-        sums)."""
+        moved between the kept sums (the kept rows' distances are not computed:
+        :attr:`min_dist` fills them in); what the bounds saved goes to
+        :class:`~rbfkm_engine.bounds.BoundsUse`. Cold: every row labelled and its bounds
+        set. Returns an ``ADD`` pass's inertia from its rows' distances, else 0 (the
+        caller takes a ``MOVE`` pass's from the sums)."""
         kernel = self.kernel
         assert kernel is not None
         warm = mode == MOVE and bounds.usable(C)
@@ -700,9 +717,7 @@ class Workspace:
         if warm:
             bounds.stale = True
             self._bounds_use.record(self.X.shape[0], centres.width, C.shape[1], (*counts, made))
-        if mode == ADD or not inertia:
-            return total
-        return self._inertia_of_sums(C, num, den)
+        return total
 
     def big_block_rows(self, work_per_row: int = 1) -> int:
         """Rows per block of a pass that holds no ``(rows, k)`` block and does at most
@@ -836,7 +851,7 @@ class Workspace:
         inertia. Small data (one block, a pass of at most
         :data:`KERNEL_ITERATION_MAX_WORK`) make the pass in one call, on direct distances
         whatever the features and without bounds; larger data block by block
-        (:meth:`_fused_pass`). The inertia comes from the float64 sums, as a bounded
+        (:meth:`_fused_pass`). The inertia comes from the float64 sums, as a warm
         pass's does (the rows' float32 distances carry more rounding than a tight fit's
         inertia can bear, and the local search compares inertias to within
         :data:`~rbfkm_engine.swaps.SWAP_MIN_GAIN`)."""
